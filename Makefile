@@ -1,0 +1,71 @@
+# xent — one flat Makefile: make, make test, make test-gpu, make install PREFIX=...
+PREFIX ?= /usr/local
+CUDA ?= /usr/local/cuda
+CC ?= gcc
+BUILD := build
+CFLAGS ?= -O2 -g
+XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -pthread -Iinclude -I. -I$(CUDA)/include \
+	-DXENT_DATADIR='"$(PREFIX)/share/xent"'
+# The driver (libcuda.so.1) is dlopen'ed at run time, never linked.
+LIBS := -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -lsqlite3 -ldl -lpthread -lm
+# Check is linked statically so test binaries also run where Check is not installed.
+CHECK_LIBS := -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lrt
+
+LIB_SRC := $(wildcard gen/*.c runtime/*.c tunecache/*.c tune/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/templates.o
+HEADERS := $(wildcard include/*.h gen/*.h runtime/*.h tunecache/*.h tune/*.h)
+CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
+GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
+TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
+
+.PHONY: all test test-gpu install clean
+all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS)
+
+$(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
+	@mkdir -p $(@D)
+	sh tools/embed.sh $(wildcard templates/*.cu) > $@
+
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
+
+$(BUILD)/templates.o: $(BUILD)/templates.c
+	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
+
+$(BUILD)/libxent.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LIBS)
+
+$(BUILD)/libxent.a: $(LIB_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent.a
+	$(CC) -o $@ $^ $(LIBS)
+
+# The example uses the CUDA runtime like a training stack would; cudart_static
+# loads the driver itself, so this binary also starts without a GPU.
+$(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
+	$(CC) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(XCFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+
+# CPU suites: no GPU needed. Kernels compile into a throwaway cache.
+test: $(CPU_TESTS)
+	@set -e; export XENT_KERNEL_CACHE=$$(mktemp -d); \
+	for t in $(CPU_TESTS); do echo "== $$t"; $$t; done; rm -rf $$XENT_KERNEL_CACHE
+
+# GPU suites: run on a machine with an NVIDIA GPU and its driver.
+test-gpu: $(GPU_TESTS) $(TOOLS)
+	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $$t; done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/xent
+	install -m 644 include/xent.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/libxent.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/libxent.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/xent-tune $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 tunecache/*.sql $(DESTDIR)$(PREFIX)/share/xent/
+
+clean:
+	rm -rf $(BUILD)

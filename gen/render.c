@@ -1,0 +1,35 @@
+/* gen/render.c — a configuration and a problem become CUDA source. */
+#include "gen/gen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    for (int i = 0; i < xent_nknobs; i++)
+        if (xent_knobs[i].stage == KNOB_RENDER)
+            fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
+    fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n",
+            (int)p->logits, (int)p->targets, (int)p->reduction);
+    fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n",
+            p->has_weights ? 1 : 0, p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
+    if (fclose(f)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+char *xent_render(const xent_config *cfg, const xent_problem *p) {
+    char *defines = xent_render_defines(cfg, p);
+    if (!defines) return NULL;
+    size_t n = strlen(defines) + strlen(xent_template_xent_fwd) + 64;
+    char *src = malloc(n);
+    if (src) snprintf(src, n, "%s#line 1 \"xent_fwd.cu\"\n%s", defines, xent_template_xent_fwd);
+    free(defines);
+    return src;
+}

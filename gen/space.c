@@ -1,0 +1,233 @@
+/* gen/space.c — the knob table, constraints, config text and heuristic. */
+#include "gen/space.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KNOB(field) offsetof(xent_config, field)
+
+const xent_knob xent_knobs[] = {
+    {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
+     4, {1, 2, 4, 8}, KNOB(vec)},
+    {"TPR", "threads per row team (<= 32 share a warp, > 32 is the whole block)", KNOB_RENDER,
+     11, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}, KNOB(tpr)},
+    {"BLOCK", "threads per block (a multiple of TPR; equal to TPR when TPR > 32)", KNOB_RENDER,
+     5, {64, 128, 256, 512, 1024}, KNOB(block)},
+    {"ITEMS", "vector loads per thread per chunk (registers hold ITEMS*VEC logits)",
+     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items)},
+    {"PASSES", "1: online max and sum in one read; 2: max, then sum (registers or re-read)",
+     KNOB_RENDER, 2, {1, 2}, KNOB(passes)},
+    {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
+     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache)},
+    {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
+     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split)},
+    {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows", KNOB_LAUNCH,
+     2, {0, 1}, KNOB(persist)},
+};
+const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
+
+/* Per-thread register budget for the logits of one chunk (bytes). */
+#define MAX_CHUNK_BYTES 512
+/* Block sizes the space offers to teams within a warp. */
+#define MIN_WARP_TEAM_BLOCK 128
+#define MAX_WARP_TEAM_BLOCK 512
+
+int xent_knob_get(const xent_config *cfg, const xent_knob *k) {
+    return *(const int *)((const char *)cfg + k->offset);
+}
+
+void xent_knob_set(xent_config *cfg, const xent_knob *k, int v) {
+    *(int *)((char *)cfg + k->offset) = v;
+}
+
+int xent_dtype_size(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
+
+static int in_list(const xent_knob *k, int v) {
+    for (int i = 0; i < k->nvalues; i++)
+        if (k->values[i] == v) return 1;
+    return 0;
+}
+
+static int refuse(char *why, size_t len, const char *reason) {
+    if (why && len) snprintf(why, len, "%s", reason);
+    return 0;
+}
+
+int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (!in_list(&xent_knobs[i], xent_knob_get(cfg, &xent_knobs[i]))) {
+            if (why && len) snprintf(why, len, "%s is not one of its legal values", xent_knobs[i].name);
+            return 0;
+        }
+    int vbytes = cfg->vec * xent_dtype_size(d);
+    if (vbytes != 4 && vbytes != 8 && vbytes != 16)
+        return refuse(why, len, "VEC * element size must be 4, 8 or 16 bytes");
+    if (cfg->tpr > 32 && cfg->block != cfg->tpr)
+        return refuse(why, len, "a team wider than a warp is the whole block (BLOCK == TPR)");
+    if (cfg->tpr <= 32 && (cfg->block < MIN_WARP_TEAM_BLOCK || cfg->block > MAX_WARP_TEAM_BLOCK))
+        return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
+    if (cfg->items * vbytes > MAX_CHUNK_BYTES)
+        return refuse(why, len, "ITEMS * VEC * element size exceeds 512 bytes of registers");
+    return 1;
+}
+
+static long pow2_ceil(long x) {
+    long p = 1;
+    while (p < x) p <<= 1;
+    return p;
+}
+
+static int widest_vec(xent_dtype d) { return 16 / xent_dtype_size(d); }
+
+/* The widest vector under which every row starts at the same alignment. */
+static int stride_vec(const xent_problem *p) {
+    int v = widest_vec(p->logits);
+    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    while (v > 1 && stride % v) v /= 2;
+    if (v * xent_dtype_size(p->logits) < 4) v = 4 / xent_dtype_size(p->logits);
+    return v;
+}
+
+/* Splitting pays only when rows are too few to fill the GPU. */
+static int split_relevant(const xent_problem *p, int sm_count, const xent_config *c) {
+    if (c->split == 1) return 1;
+    long nv = (p->c + c->vec - 1) / c->vec;
+    long seg = (nv + c->split - 1) / c->split;
+    return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L &&
+           c->tpr >= 32;
+}
+
+/* Prune what cannot win for this problem: idle lanes, needless registers,
+ * splits of rows that already fill the GPU. */
+static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
+    int vmax = widest_vec(p->logits);
+    if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
+    if (!split_relevant(p, sm_count, c)) return 0;
+    long nv = (p->c + c->vec - 1) / c->vec;
+    long seg = (nv + c->split - 1) / c->split;
+    if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
+    if (seg > (long)c->tpr * 256) return 0; /* too many vectors per thread */
+    long fit = pow2_ceil((seg + c->tpr - 1) / c->tpr);
+    if (c->items > fit) return 0;
+    if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
+    if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
+    return 1;
+}
+
+static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xent_problem *rel,
+                             int sm_count, xent_config *out, size_t cap, size_t count) {
+    if (knob == xent_nknobs) {
+        if (!xent_config_legal(cur, d, NULL, 0)) return count;
+        if (rel && !relevant(cur, rel, sm_count)) return count;
+        if (out && count < cap) out[count] = *cur;
+        return count + 1;
+    }
+    const xent_knob *k = &xent_knobs[knob];
+    for (int i = 0; i < k->nvalues; i++) {
+        xent_knob_set(cur, k, k->values[i]);
+        if (!rel && k->stage == KNOB_LAUNCH && i > 0) break; /* the full space renders each once */
+        count = enumerate_from(knob + 1, cur, d, rel, sm_count, out, cap, count);
+    }
+    return count;
+}
+
+size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant_to, int sm_count,
+                            xent_config *out, size_t cap) {
+    xent_config cur;
+    memset(&cur, 0, sizeof cur);
+    return enumerate_from(0, &cur, d, relevant_to, sm_count, out, cap, 0);
+}
+
+int xent_config_format(const xent_config *cfg, char *buf, size_t len) {
+    size_t used = 0;
+    if (len) buf[0] = 0;
+    for (int i = 0; i < xent_nknobs; i++) {
+        int w = snprintf(buf + used, len > used ? len - used : 0, "%s%s=%d", i ? " " : "",
+                         xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
+        if (w < 0 || used + (size_t)w >= len) return XENT_EINVAL;
+        used += (size_t)w;
+    }
+    return XENT_OK;
+}
+
+static const xent_knob *knob_named(const char *name, size_t n) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (strlen(xent_knobs[i].name) == n && !strncmp(xent_knobs[i].name, name, n))
+            return &xent_knobs[i];
+    return NULL;
+}
+
+int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len) {
+    unsigned seen = 0;
+    const char *s = text;
+    memset(cfg, 0, sizeof *cfg);
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == ',') s++;
+        if (!*s) break;
+        const char *eq = strchr(s, '=');
+        if (!eq) return refuse(why, len, "expected NAME=VALUE"), XENT_EINVAL;
+        const xent_knob *k = knob_named(s, (size_t)(eq - s));
+        if (!k) {
+            if (why && len) snprintf(why, len, "unknown knob '%.*s'", (int)(eq - s), s);
+            return XENT_EINVAL;
+        }
+        char *end;
+        long v = strtol(eq + 1, &end, 10);
+        if (end == eq + 1 || !in_list(k, (int)v)) {
+            if (why && len) snprintf(why, len, "%s: illegal value '%.*s'", k->name, (int)strcspn(eq + 1, " "), eq + 1);
+            return XENT_EINVAL;
+        }
+        unsigned bit = 1u << (k - xent_knobs);
+        if (seen & bit) {
+            if (why && len) snprintf(why, len, "%s given twice", k->name);
+            return XENT_EINVAL;
+        }
+        seen |= bit;
+        xent_knob_set(cfg, k, (int)v);
+        s = end;
+    }
+    if (seen != (1u << xent_nknobs) - 1) return refuse(why, len, "every knob must be given"), XENT_EINVAL;
+    return XENT_OK;
+}
+
+/* Rows that fit a warp's registers are held there (two passes, no re-read);
+ * longer rows stream through a whole block; few rows are split. */
+void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
+    int vmax = widest_vec(p->logits);
+    cfg->vec = p->c >= 256 ? vmax : stride_vec(p);
+    cfg->cache = 0;
+    cfg->persist = 1;
+    cfg->split = 1;
+    long nv = (p->c + cfg->vec - 1) / cfg->vec;
+    int max_items = MAX_CHUNK_BYTES / (cfg->vec * xent_dtype_size(p->logits));
+    if (max_items > 32) max_items = 32;
+    if (nv <= 32L * max_items) {
+        long tpr = pow2_ceil((nv + 7) / 8);
+        cfg->tpr = (int)(tpr > 32 ? 32 : tpr);
+        cfg->items = (int)pow2_ceil((nv + cfg->tpr - 1) / cfg->tpr);
+        cfg->block = 128;
+        cfg->passes = 2;
+        return;
+    }
+    cfg->tpr = 1024;
+    cfg->block = 1024;
+    cfg->items = 8;
+    cfg->passes = 1;
+    if (p->n < 2L * sm_count) {
+        while (cfg->split < 128 && p->n * cfg->split * 2 <= 4L * sm_count &&
+               nv / (cfg->split * 2) >= 4L * cfg->tpr)
+            cfg->split *= 2;
+    } else if (nv <= 32L * 256) {
+        cfg->tpr = 256; /* several rows per SM keep more loads in flight */
+        cfg->block = 256;
+    }
+}
+
+int xent_config_same_render(const xent_config *a, const xent_config *b) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (xent_knobs[i].stage == KNOB_RENDER &&
+            xent_knob_get(a, &xent_knobs[i]) != xent_knob_get(b, &xent_knobs[i]))
+            return 0;
+    return 1;
+}

@@ -1,0 +1,70 @@
+/*
+ * gen/space — the configuration space of the xent_fwd template: one table of
+ * knobs (name, meaning, legal values), the constraints between them, the
+ * text form of a configuration, and the built-in heuristic.
+ */
+#ifndef XENT_GEN_SPACE_H
+#define XENT_GEN_SPACE_H
+
+#include <stddef.h>
+#include "xent.h"
+
+/* Bumped when the template changes what a configuration means, so tune
+ * cache entries of an older template are not used. */
+#define XENT_TEMPLATE_VERSION 1
+#define XENT_FAMILY "xent_fwd"
+
+typedef struct xent_config {
+    int vec;     /* elements per vector load */
+    int tpr;     /* threads per row team */
+    int block;   /* threads per block */
+    int items;   /* vector loads per thread per chunk */
+    int passes;  /* 1 online, 2 max then sum */
+    int cache;   /* load cache hint */
+    int split;   /* teams per row (launch) */
+    int persist; /* 1: grid of at most the resident blocks (launch) */
+} xent_config;
+
+enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
+
+typedef struct xent_knob {
+    const char *name;    /* XENT_<name> in the template, <name>= in config text */
+    const char *meaning;
+    enum knob_stage stage;
+    int nvalues;
+    int values[12];
+    size_t offset;       /* of the int field in xent_config */
+} xent_knob;
+
+/* The table: every knob, its legal values, and its field. */
+extern const xent_knob xent_knobs[];
+extern const int xent_nknobs;
+
+int xent_knob_get(const xent_config *cfg, const xent_knob *k);
+void xent_knob_set(xent_config *cfg, const xent_knob *k, int v);
+
+/* Bytes of one logit. */
+int xent_dtype_size(xent_dtype d);
+
+/* Nonzero when cfg is legal for logits of dtype d (the constraints of the
+ * template and the hardware). When why is non-NULL a reason is written. */
+int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len);
+
+/* Enumerate the legal configs for dtype d: the full space (relevant == NULL)
+ * or the candidates worth timing for one problem. Returns the count; writes
+ * at most cap configs to out (out may be NULL to count). */
+size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant, int sm_count,
+                            xent_config *out, size_t cap);
+
+/* "VEC=4 TPR=32 BLOCK=128 ITEMS=32 PASSES=2 CACHE=0 SPLIT=1 PERSIST=1" */
+int xent_config_format(const xent_config *cfg, char *buf, size_t len);
+/* Parse that text; every knob must appear once with a value from its list. */
+int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len);
+
+/* The built-in heuristic: a sensible config from n, c and dtype alone. */
+void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);
+
+/* Nonzero when two configs render the same source (launch knobs may differ). */
+int xent_config_same_render(const xent_config *a, const xent_config *b);
+
+#endif

@@ -1,0 +1,176 @@
+/*
+ * xent.h — the whole public C API of xent: a generated, autotuned CUDA
+ * softmax cross-entropy forward with the semantics of PyTorch's
+ * torch.nn.functional.cross_entropy(logits, targets) for class-index targets.
+ *
+ * Conventions (as in SQLite): opaque handles, every function returns an int
+ * status (XENT_OK on success), xent_errstr(rc) gives the static text of a
+ * status and xent_errmsg(ctx) the detailed message of the context's last
+ * failure (NVRTC and JIT logs included). The library never prints and never
+ * exits. The CUDA driver is loaded with dlopen("libcuda.so.1") at first use,
+ * so programs linked with xent start on machines without a GPU.
+ */
+#ifndef XENT_H
+#define XENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Version of the library (major*10000 + minor*100 + patch). */
+#define XENT_VERSION 100
+
+/** Status codes returned by every function. */
+enum xent_status {
+    XENT_OK = 0,            /**< success */
+    XENT_EINVAL = 1,        /**< an argument is invalid (the message says which) */
+    XENT_ENODRIVER = 2,     /**< libcuda.so.1 could not be loaded */
+    XENT_ENODEVICE = 3,     /**< no CUDA device, or the ordinal is out of range */
+    XENT_ECUDA = 4,         /**< a CUDA driver call failed (the message names it) */
+    XENT_ECOMPILE = 5,      /**< NVRTC could not compile a kernel (log in the message) */
+    XENT_ENOMEM = 6,        /**< host or device memory allocation failed */
+    XENT_ECACHE = 7,        /**< the tune cache could not be read or written */
+    XENT_EBADTARGET = 8,    /**< a kernel saw a target outside [0, c) that is not ignore_index */
+    XENT_EUNSUPPORTED = 9,  /**< the problem is valid but this build cannot run it */
+    XENT_ENOTFOUND = 10,    /**< a looked-up entry does not exist */
+    XENT_EWRONGRESULT = 11  /**< a kernel's result disagreed with the reference (tuner) */
+};
+
+/** Element type of the logits. */
+typedef enum xent_dtype { XENT_F32 = 0, XENT_F16 = 1, XENT_BF16 = 2 } xent_dtype;
+
+/** Element type of the class-index targets. */
+typedef enum xent_index { XENT_I32 = 0, XENT_I64 = 1 } xent_index;
+
+/** Reduction over rows, as PyTorch's `reduction=` argument. */
+typedef enum xent_reduction {
+    XENT_REDUCE_NONE = 0, /**< one fp32 loss per row (ignored rows give 0) */
+    XENT_REDUCE_SUM = 1,  /**< the sum of the row losses, one fp32 */
+    XENT_REDUCE_MEAN = 2  /**< the sum over the sum of the weights of the non-ignored targets */
+} xent_reduction;
+
+/**
+ * A problem: everything that selects a kernel. Fill it with
+ * xent_problem_init(), which sets PyTorch's defaults, then change fields.
+ */
+typedef struct xent_problem {
+    int64_t n;              /**< rows (batch), >= 1 */
+    int64_t c;              /**< classes, >= 1 */
+    int64_t row_stride;     /**< elements between row starts, >= c (default c) */
+    xent_dtype logits;      /**< dtype of the logits (default XENT_F32) */
+    xent_index targets;     /**< dtype of the targets (default XENT_I64) */
+    xent_reduction reduction; /**< default XENT_REDUCE_MEAN */
+    int64_t ignore_index;   /**< targets equal to this contribute nothing (default -100) */
+    float label_smoothing;  /**< in [0, 1] (default 0) */
+    int has_weights;        /**< nonzero: per-class fp32 weights are passed (default 0) */
+    int write_lse;          /**< nonzero: also write each row's log-sum-exp (default 0) */
+} xent_problem;
+
+/** Device pointers and outputs of one forward call. */
+typedef struct xent_args {
+    const void *logits;     /**< device, n rows of row_stride elements, element-aligned */
+    const void *targets;    /**< device, n int32 or int64 class indices */
+    const float *weights;   /**< device, c fp32 class weights; NULL unless has_weights */
+    float *loss;            /**< device, 1 fp32 (sum, mean) or n fp32 (none) */
+    float *lse;             /**< device, n fp32 log-sum-exp per row; NULL unless write_lse */
+    void *workspace;        /**< device scratch from xent_workspace_size, or NULL for the plan's own */
+} xent_args;
+
+/** Where a plan's kernel configuration came from. */
+typedef enum xent_source {
+    XENT_SOURCE_USER_DB = 0,  /**< exact entry of the user's tune cache */
+    XENT_SOURCE_SHIPPED = 1,  /**< exact entry of the tune cache shipped for this GPU */
+    XENT_SOURCE_NEAREST = 2,  /**< the nearest tuned shape of this GPU and dtype */
+    XENT_SOURCE_HEURISTIC = 3,/**< the built-in heuristic */
+    XENT_SOURCE_EXPLICIT = 4  /**< a configuration given by the caller */
+} xent_source;
+
+/** An opaque per-device context (the device's primary CUDA context). */
+typedef struct xent_context xent_context;
+
+/** An opaque plan: a compiled, loaded kernel for one problem, owned by its context. */
+typedef struct xent_plan xent_plan;
+
+/** Static English text of a status code; never NULL. */
+const char *xent_errstr(int rc);
+
+/** Fill *p with PyTorch's defaults for an n x c problem (mean, int64, fp32, ignore -100). */
+void xent_problem_init(xent_problem *p, int64_t n, int64_t c);
+
+/**
+ * Check a problem's fields. Returns XENT_EINVAL and writes a reason into
+ * why (if non-NULL, up to len bytes) when a field is out of range.
+ */
+int xent_problem_check(const xent_problem *p, char *why, size_t len);
+
+/**
+ * Create a context on device `ordinal`, retaining the device's primary
+ * context, so xent works beside PyTorch and other runtime-API users.
+ * On failure *ctx may still be set so that xent_errmsg() can explain; destroy it.
+ */
+int xent_context_create(xent_context **ctx, int ordinal);
+
+/** Release a context, its plans, kernels and device memory. NULL is allowed. */
+void xent_context_destroy(xent_context *ctx);
+
+/** The detailed message of the context's last failure ("" if none); ctx may be NULL. */
+const char *xent_errmsg(const xent_context *ctx);
+
+/** Device facts: name, compute capability, multiprocessor count and the GPU key (e.g. "h200"). */
+typedef struct xent_device_info {
+    char name[256];       /**< as the driver reports it, e.g. "NVIDIA H200" */
+    char key[32];         /**< short GPU key used by tune caches, e.g. "h200" */
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t l2_bytes;
+    size_t global_mem_bytes;
+} xent_device_info;
+
+/** Describe the context's device. */
+int xent_device_get_info(xent_context *ctx, xent_device_info *info);
+
+/**
+ * Return the context's plan for *p, building it on first use (tune-cache
+ * lookup: user DB, shipped DB, nearest tuned shape, heuristic; then NVRTC
+ * compile, or a cached CUBIN). Later calls with an equal problem are a hash
+ * lookup. The plan lives until the context is destroyed. Thread-safe.
+ */
+int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan);
+
+/** Where the plan's configuration came from. */
+xent_source xent_plan_source(const xent_plan *plan);
+
+/** Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf. */
+int xent_plan_describe(const xent_plan *plan, char *buf, size_t len);
+
+/** Bytes of device workspace a caller-provided xent_args.workspace must have (zeroed once before first use). */
+size_t xent_workspace_size(const xent_plan *plan);
+
+/**
+ * Launch the plan on `stream` (a CUstream or cudaStream_t; NULL is the
+ * legacy default stream). Asynchronous: returns after the launch is queued.
+ * Launches that share the plan's own workspace (args->workspace == NULL) must
+ * be ordered (one stream, or synchronized); give concurrent streams their
+ * own zeroed workspace. Thread-safe.
+ */
+int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *args);
+
+/** xent_plan_get then xent_plan_launch: the one-call forward. */
+int xent_forward(xent_context *ctx, const xent_problem *p, const xent_args *args, void *stream);
+
+/**
+ * Synchronize `stream` and read the context's sticky bad-target flag:
+ * XENT_EBADTARGET if any kernel launched since the last check saw a target
+ * outside [0, c) that is not ignore_index (the losses involved are NaN);
+ * the flag is then cleared. XENT_OK otherwise.
+ */
+int xent_check_targets(xent_context *ctx, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XENT_H */

@@ -1,0 +1,88 @@
+/* runtime/errors.c — status texts, failure messages and problem checks. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+const char *xent_errstr(int rc) {
+    switch (rc) {
+    case XENT_OK: return "success";
+    case XENT_EINVAL: return "invalid argument";
+    case XENT_ENODRIVER: return "CUDA driver (libcuda.so.1) not available";
+    case XENT_ENODEVICE: return "no such CUDA device";
+    case XENT_ECUDA: return "CUDA driver call failed";
+    case XENT_ECOMPILE: return "kernel compilation failed";
+    case XENT_ENOMEM: return "out of memory";
+    case XENT_ECACHE: return "tune cache error";
+    case XENT_EBADTARGET: return "target outside [0, c) and not ignore_index";
+    case XENT_EUNSUPPORTED: return "unsupported problem";
+    case XENT_ENOTFOUND: return "not found";
+    case XENT_EWRONGRESULT: return "kernel result disagrees with the reference";
+    default: return "unknown status";
+    }
+}
+
+int xent_fail(xent_context *ctx, int rc, const char *fmt, ...) {
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int xent_fail_cuda(xent_context *ctx, const char *call, CUresult r) {
+    if (ctx) xent_driver_describe(ctx->drv, call, r, ctx->errmsg, sizeof ctx->errmsg);
+    return XENT_ECUDA;
+}
+
+const char *xent_errmsg(const xent_context *ctx) { return ctx ? ctx->errmsg : ""; }
+
+void xent_problem_init(xent_problem *p, int64_t n, int64_t c) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->c = c;
+    p->row_stride = c;
+    p->logits = XENT_F32;
+    p->targets = XENT_I64;
+    p->reduction = XENT_REDUCE_MEAN;
+    p->ignore_index = -100;
+}
+
+static int why_not(char *why, size_t len, const char *text) {
+    if (why && len) snprintf(why, len, "%s", text);
+    return XENT_EINVAL;
+}
+
+int xent_problem_check(const xent_problem *p, char *why, size_t len) {
+    if (!p) return why_not(why, len, "problem is NULL");
+    if (p->n < 1) return why_not(why, len, "n must be >= 1");
+    if (p->c < 1) return why_not(why, len, "c must be >= 1");
+    if (p->c > 0x7fffffffLL) return why_not(why, len, "c must be < 2^31");
+    if (p->row_stride != 0 && p->row_stride < p->c) return why_not(why, len, "row_stride must be >= c");
+    if ((unsigned)p->logits > XENT_BF16) return why_not(why, len, "logits dtype must be XENT_F32, XENT_F16 or XENT_BF16");
+    if ((unsigned)p->targets > XENT_I64) return why_not(why, len, "targets dtype must be XENT_I32 or XENT_I64");
+    if ((unsigned)p->reduction > XENT_REDUCE_MEAN) return why_not(why, len, "reduction must be none, sum or mean");
+    if (!(p->label_smoothing >= 0.0f && p->label_smoothing <= 1.0f))
+        return why_not(why, len, "label_smoothing must be in [0, 1]");
+    if (p->n > INT64_MAX / 128 / (p->row_stride ? p->row_stride : p->c))
+        return why_not(why, len, "n * row_stride is too large");
+    return XENT_OK;
+}
+
+void xent_problem_normalize(const xent_problem *p, xent_problem *out) {
+    memset(out, 0, sizeof *out);
+    out->n = p->n;
+    out->c = p->c;
+    out->row_stride = p->row_stride ? p->row_stride : p->c;
+    out->logits = p->logits;
+    out->targets = p->targets;
+    out->reduction = p->reduction;
+    out->ignore_index = p->ignore_index;
+    out->label_smoothing = p->label_smoothing;
+    out->has_weights = p->has_weights ? 1 : 0;
+    out->write_lse = p->write_lse ? 1 : 0;
+}

@@ -1,0 +1,237 @@
+/* runtime/plan.c — problem → plan: the memo, the tune-cache lookup order,
+ * the build (compile or cached CUBIN, module load, grid and workspace). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "runtime/runtime.h"
+
+#ifndef XENT_DATADIR
+#define XENT_DATADIR "/usr/local/share/xent"
+#endif
+
+/* Row partials beyond this many (rows x segments) would make the workspace
+ * large; a tuned split that came from another shape is dropped past it. */
+#define MAX_SPLIT_ITEMS (1L << 22)
+
+static uint64_t problem_hash(const xent_problem *p) {
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *p; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
+    memset(key, 0, sizeof *key);
+    snprintf(key->gpu, sizeof key->gpu, "%s", ctx->info.key);
+    key->arch = ctx->arch;
+    key->sm_count = ctx->info.sm_count;
+    snprintf(key->family, sizeof key->family, "%s", XENT_FAMILY);
+    key->logits = p->logits;
+    key->targets = p->targets;
+    key->reduction = p->reduction;
+    key->options = (p->has_weights ? TC_OPT_WEIGHTS : 0) | (p->label_smoothing > 0 ? TC_OPT_SMOOTHING : 0) |
+                   (p->write_lse ? TC_OPT_LSE : 0) | (p->row_stride != p->c ? TC_OPT_STRIDED : 0);
+    key->n = p->n;
+    key->c = p->c;
+    key->template_version = XENT_TEMPLATE_VERSION;
+}
+
+/* Opened at the first plan miss; an unreadable cache is noted, not fatal. */
+static void open_dbs(xent_context *ctx) {
+    char path[4096], err[512];
+    ctx->dbs_opened = 1;
+    if (tc_user_path(path, sizeof path) == XENT_OK && access(path, R_OK) == 0 &&
+        tc_open(path, 1, &ctx->user_db, err, sizeof err) != XENT_OK) {
+        ctx->user_db = NULL;
+        snprintf(ctx->db_note, sizeof ctx->db_note, "user tune cache skipped: %.900s", err);
+    }
+    const char *dir = getenv("XENT_DATADIR");
+    snprintf(path, sizeof path, "%s/%s.sql", dir && *dir ? dir : XENT_DATADIR, ctx->info.key);
+    if (access(path, R_OK) != 0) return;
+    if (tc_open(":memory:", 0, &ctx->shipped_db, err, sizeof err) != XENT_OK ||
+        tc_import_file(ctx->shipped_db, path, NULL) != XENT_OK) {
+        snprintf(ctx->db_note, sizeof ctx->db_note, "shipped tune cache %.400s skipped: %.500s", path,
+                 ctx->shipped_db ? tc_errmsg(ctx->shipped_db) : err);
+        tc_close(ctx->shipped_db);
+        ctx->shipped_db = NULL;
+    }
+}
+
+/* The lookup order of the design: user DB, shipped DB, nearest, heuristic. */
+static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_config *cfg) {
+    if (!ctx->dbs_opened) open_dbs(ctx);
+    tc_key key;
+    tc_entry e;
+    int from = TC_FROM_NONE;
+    xent_tc_key(ctx, p, &key);
+    if (tc_lookup(ctx->user_db, ctx->shipped_db, &key, &e, &from) == XENT_OK &&
+        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_legal(cfg, p->logits, NULL, 0)) {
+        if (p->n * cfg->split > MAX_SPLIT_ITEMS) cfg->split = 1;
+        return (xent_source)from;
+    }
+    xent_config_heuristic(p, ctx->info.sm_count, cfg);
+    return XENT_SOURCE_HEURISTIC;
+}
+
+int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
+                      const xent_config *cfg, unsigned *grid, size_t *workspace) {
+    long long teams = cfg->block / cfg->tpr;
+    long long groups = (p->n * cfg->split + teams - 1) / teams;
+    if (cfg->persist) {
+        int per_sm = 0;
+        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, 0);
+        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
+        long long resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
+        if (groups > resident) groups = resident;
+    }
+    if (groups > 0x7fffffffLL) groups = 0x7fffffffLL; /* the grid-stride loop covers the rest */
+    *grid = (unsigned)groups;
+    size_t ws = 16 + 16 * (size_t)*grid;
+    if (cfg->split > 1) {
+        int part_floats = 3 + (p->label_smoothing > 0 ? 1 + (p->has_weights ? 1 : 0) : 0);
+        ws += (((size_t)p->n * 4 + 15) & ~(size_t)15) + (size_t)p->n * cfg->split * part_floats * 4;
+    }
+    *workspace = ws;
+    return XENT_OK;
+}
+
+static int load_kernel(xent_context *ctx, xent_plan *plan) {
+    xent_cubin bin;
+    int rc = xent_kernel_get(&plan->config, &plan->problem, ctx->arch, &bin, ctx->errmsg, sizeof ctx->errmsg);
+    if (rc) return rc;
+    plan->registers = bin.registers;
+    plan->spill_bytes = bin.spill_bytes;
+    CUresult r = ctx->drv->ModuleLoadData(&plan->module, bin.data);
+    xent_cubin_free(&bin);
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData", r);
+    r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, "xent_fwd");
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuModuleGetFunction", r);
+}
+
+static int alloc_workspace(xent_context *ctx, xent_plan *plan) {
+    CUresult r = ctx->drv->MemAlloc(&plan->workspace, plan->workspace_size);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return xent_fail(ctx, XENT_ENOMEM, "workspace of %zu bytes", plan->workspace_size);
+    if (r == CUDA_SUCCESS) r = ctx->drv->MemsetD8(plan->workspace, 0, plan->workspace_size);
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "allocating the workspace", r);
+}
+
+int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config *cfg,
+                    xent_source source, xent_plan **out) {
+    char why[256];
+    *out = NULL;
+    if (!xent_config_legal(cfg, p->logits, why, sizeof why))
+        return xent_fail(ctx, XENT_EINVAL, "illegal configuration: %s", why);
+    xent_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return XENT_ENOMEM;
+    plan->ctx = ctx;
+    xent_problem_normalize(p, &plan->problem);
+    plan->config = *cfg;
+    plan->source = source;
+    plan->block = (unsigned)cfg->block;
+    int pushed, rc = xent_ctx_enter(ctx, &pushed);
+    if (rc) {
+        free(plan);
+        return rc;
+    }
+    if (!(rc = load_kernel(ctx, plan)) &&
+        !(rc = xent_launch_shape(ctx, plan->fn, &plan->problem, cfg, &plan->grid, &plan->workspace_size)))
+        rc = alloc_workspace(ctx, plan);
+    xent_ctx_leave(ctx, pushed);
+    if (rc) {
+        xent_plan_destroy(plan);
+        return rc;
+    }
+    *out = plan;
+    return XENT_OK;
+}
+
+void xent_plan_destroy(xent_plan *plan) {
+    if (!plan) return;
+    const xent_driver *d = plan->ctx->drv;
+    int pushed = 0, entered = xent_ctx_enter(plan->ctx, &pushed) == XENT_OK;
+    if (plan->workspace) d->MemFree(plan->workspace);
+    if (plan->module) d->ModuleUnload(plan->module);
+    if (entered) xent_ctx_leave(plan->ctx, pushed);
+    free(plan);
+}
+
+static xent_plan *memo_find(xent_context *ctx, const xent_problem *key, uint64_t h) {
+    if (!ctx->nslots) return NULL;
+    for (size_t i = h & (ctx->nslots - 1);; i = (i + 1) & (ctx->nslots - 1)) {
+        plan_slot *s = &ctx->slots[i];
+        if (!s->plan) return NULL;
+        if (s->hash == h && !memcmp(&s->plan->problem, key, sizeof *key)) return s->plan;
+    }
+}
+
+static void memo_put(plan_slot *slots, size_t nslots, xent_plan *plan, uint64_t h) {
+    size_t i = h & (nslots - 1);
+    while (slots[i].plan) i = (i + 1) & (nslots - 1);
+    slots[i].hash = h;
+    slots[i].plan = plan;
+}
+
+static int memo_insert(xent_context *ctx, xent_plan *plan, uint64_t h) {
+    if (2 * (ctx->nplans + 1) > ctx->nslots) { /* keep the table at most half full */
+        size_t n = ctx->nslots ? 2 * ctx->nslots : 16;
+        plan_slot *slots = calloc(n, sizeof *slots);
+        if (!slots) return XENT_ENOMEM;
+        for (size_t i = 0; i < ctx->nslots; i++)
+            if (ctx->slots[i].plan) memo_put(slots, n, ctx->slots[i].plan, ctx->slots[i].hash);
+        free(ctx->slots);
+        ctx->slots = slots;
+        ctx->nslots = n;
+    }
+    memo_put(ctx->slots, ctx->nslots, plan, h);
+    ctx->nplans++;
+    return XENT_OK;
+}
+
+static int plan_miss(xent_context *ctx, const xent_problem *key, uint64_t h, xent_plan **plan) {
+    xent_config cfg;
+    xent_source src = choose_config(ctx, key, &cfg);
+    int rc = xent_plan_build(ctx, key, &cfg, src, plan);
+    if (rc) return rc;
+    snprintf((*plan)->note, sizeof (*plan)->note, "%s", ctx->db_note);
+    if ((rc = memo_insert(ctx, *plan, h))) {
+        xent_plan_destroy(*plan);
+        *plan = NULL;
+    }
+    return rc;
+}
+
+int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan) {
+    char why[256];
+    if (!ctx || !plan) return xent_fail(ctx, XENT_EINVAL, "xent_plan_get: NULL argument");
+    *plan = NULL;
+    if (xent_problem_check(p, why, sizeof why)) return xent_fail(ctx, XENT_EINVAL, "problem: %s", why);
+    if (!ctx->cuctx) return xent_fail(ctx, XENT_ENODEVICE, "context has no device");
+    xent_problem key;
+    xent_problem_normalize(p, &key);
+    uint64_t h = problem_hash(&key);
+    pthread_mutex_lock(&ctx->lock);
+    int rc = XENT_OK;
+    if (!(*plan = memo_find(ctx, &key, h))) rc = plan_miss(ctx, &key, h, plan);
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
+}
+
+xent_source xent_plan_source(const xent_plan *plan) {
+    return plan ? plan->source : XENT_SOURCE_HEURISTIC;
+}
+
+int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
+    if (!plan || !buf || !len) return XENT_EINVAL;
+    static const char *sources[] = {"user-db", "shipped", "nearest", "heuristic", "explicit"};
+    char cfg[200];
+    xent_config_format(&plan->config, cfg, sizeof cfg);
+    int w = snprintf(buf, len, "%s source=%s grid=%u regs=%d%s%s", cfg, sources[plan->source], plan->grid,
+                     plan->registers, plan->note[0] ? " note=" : "", plan->note);
+    return w >= 0 && (size_t)w < len ? XENT_OK : XENT_EINVAL;
+}
+
+size_t xent_workspace_size(const xent_plan *plan) { return plan ? plan->workspace_size : 0; }

@@ -1,0 +1,580 @@
+/*
+ * xent_fwd.cu — softmax cross-entropy forward (PyTorch F.cross_entropy with
+ * class-index targets), one template for every configuration.
+ *
+ * A "team" of XENT_TPR threads reduces one row, or one segment of a row when
+ * the launch splits rows (split > 1: segment partials are combined by the
+ * last team to finish the row). Teams walk the rows in a grid-stride loop so
+ * a persistent grid works; the sum/mean is fused: per-block partials (double)
+ * are summed in a fixed order by the last block, so results are bitwise
+ * deterministic for a given plan.
+ *
+ * Tuned knobs (gen/space.c holds the table of legal values and constraints):
+ *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
+ *   XENT_TPR     threads per row team: 1..32 share a warp, 64..1024 is the whole block
+ *   XENT_BLOCK   threads per block; BLOCK % TPR == 0; TPR > 32 needs BLOCK == TPR
+ *   XENT_ITEMS   vector loads per thread per chunk (the registers hold ITEMS*VEC elements)
+ *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
+ *                from registers when a segment fits one chunk, else re-reading it
+ *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
+ * Problem defines (set from the problem, never tuned):
+ *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
+ *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
+ * Launch parameters (not compiled in): split (teams per row) and the grid size.
+ *
+ * Workspace (zeroed once; every launch leaves it zeroed again):
+ *   [0, 16)                 unsigned ticket of the last-block sum
+ *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
+ *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
+ */
+
+#ifndef XENT_VEC
+#define XENT_VEC 4
+#endif
+#ifndef XENT_TPR
+#define XENT_TPR 32
+#endif
+#ifndef XENT_BLOCK
+#define XENT_BLOCK 128
+#endif
+#ifndef XENT_ITEMS
+#define XENT_ITEMS 8
+#endif
+#ifndef XENT_PASSES
+#define XENT_PASSES 1
+#endif
+#ifndef XENT_CACHE
+#define XENT_CACHE 0
+#endif
+#ifndef XENT_LOGIT
+#define XENT_LOGIT 0
+#endif
+#ifndef XENT_TARGET
+#define XENT_TARGET 1
+#endif
+#ifndef XENT_REDUCTION
+#define XENT_REDUCTION 2
+#endif
+#ifndef XENT_WEIGHTS
+#define XENT_WEIGHTS 0
+#endif
+#ifndef XENT_SMOOTHING
+#define XENT_SMOOTHING 0
+#endif
+#ifndef XENT_LSE
+#define XENT_LSE 0
+#endif
+
+#define ESIZE (XENT_LOGIT == 0 ? 4 : 2)
+#define VWORDS ((XENT_VEC * ESIZE) / 4)
+#define TEAMS (XENT_BLOCK / XENT_TPR)
+#define CHUNK (XENT_TPR * XENT_ITEMS)
+#define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
+#define PART_FLOATS (3 + XENT_SMOOTHING * (1 + XENT_WEIGHTS))
+#define LOG2E 1.4426950408889634f
+#define FULL_MASK 0xffffffffu
+
+#if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
+#error "XENT_VEC * element size must be 4, 8 or 16 bytes"
+#endif
+#if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
+#error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
+#endif
+
+#if XENT_CACHE == 0
+#define LD "ld.global"
+#elif XENT_CACHE == 1
+#define LD "ld.global.nc.L1::no_allocate"
+#else
+#define LD "ld.global.cs"
+#endif
+
+#if XENT_TARGET == 0
+typedef int target_t;
+#else
+typedef long long target_t;
+#endif
+
+/* A segment's running state; merged across lanes, teams and segments. */
+struct acc {
+    float m;  /* running max */
+    float s;  /* sum of exp(x - m) */
+    float xt; /* the target's logit (0 on lanes that do not hold it) */
+#if XENT_SMOOTHING
+    float sx; /* sum of x (weighted by class weight) */
+#if XENT_WEIGHTS
+    float sw; /* sum of class weights */
+#endif
+#endif
+};
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+/* exp2 of (x - m) * log2(e); m is never -inf here (see safe_max). */
+__device__ __forceinline__ float exp_shifted(float x, float m_log2e) {
+    return exp2f(fmaf(x, LOG2E, -m_log2e));
+}
+
+/* A max usable as a shift: an all -inf prefix keeps the sum at 0, not NaN. */
+__device__ __forceinline__ float safe_max(float m) { return m == neg_inf() ? 0.0f : m; }
+
+__device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS]) {
+#if VWORDS == 4
+    asm(LD ".v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+#elif VWORDS == 2
+    asm(LD ".v2.u32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+#else
+    asm(LD ".u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
+#endif
+}
+
+/* Element e of a loaded vector, as fp32. */
+__device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
+#if XENT_LOGIT == 0
+    return __uint_as_float(r[e]);
+#elif XENT_LOGIT == 1
+    unsigned short h = (unsigned short)(r[e / 2] >> (16 * (e % 2)));
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float((e % 2) ? (r[e / 2] & 0xffff0000u) : (r[e / 2] << 16));
+#endif
+}
+
+__device__ __forceinline__ float load_scalar(const unsigned char *row, long long j) {
+#if XENT_LOGIT == 0
+    return __ldg((const float *)row + j);
+#else
+    unsigned short h = __ldg((const unsigned short *)row + j);
+#if XENT_LOGIT == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float(((unsigned)h) << 16);
+#endif
+#endif
+}
+
+__device__ __forceinline__ void acc_init(acc &a) {
+    a.m = neg_inf();
+    a.s = 0.0f;
+    a.xt = 0.0f;
+#if XENT_SMOOTHING
+    a.sx = 0.0f;
+#if XENT_WEIGHTS
+    a.sw = 0.0f;
+#endif
+#endif
+}
+
+/* Everything but max and sum for one valid element j of the row. */
+__device__ __forceinline__ void acc_side(acc &a, float x, int j, int t, const float *__restrict__ w) {
+    if (j == t) a.xt = x;
+#if XENT_SMOOTHING
+#if XENT_WEIGHTS
+    float wj = __ldg(w + j);
+    a.sx = fmaf(wj, x, a.sx);
+    a.sw += wj;
+#else
+    a.sx += x;
+#endif
+#endif
+}
+
+/* Merge b into a: rescale both sums to the larger max. */
+__device__ __forceinline__ void acc_merge(acc &a, const acc &b) {
+    float m = fmaxf(a.m, b.m);
+    float ml = safe_max(m) * LOG2E;
+    a.s = a.s * exp2f(fmaf(a.m, LOG2E, -ml)) + b.s * exp2f(fmaf(b.m, LOG2E, -ml));
+    a.m = m;
+    a.xt += b.xt;
+#if XENT_SMOOTHING
+    a.sx += b.sx;
+#if XENT_WEIGHTS
+    a.sw += b.sw;
+#endif
+#endif
+}
+
+__device__ __forceinline__ acc acc_shfl_xor(const acc &a, int o) {
+    acc b;
+    b.m = __shfl_xor_sync(FULL_MASK, a.m, o);
+    b.s = __shfl_xor_sync(FULL_MASK, a.s, o);
+    b.xt = __shfl_xor_sync(FULL_MASK, a.xt, o);
+#if XENT_SMOOTHING
+    b.sx = __shfl_xor_sync(FULL_MASK, a.sx, o);
+#if XENT_WEIGHTS
+    b.sw = __shfl_xor_sync(FULL_MASK, a.sw, o);
+#endif
+#endif
+    return b;
+}
+
+/* Team-wide merge; every lane ends with the team's total. Called by every
+ * thread of the block the same number of times (teams of a warp in step). */
+__device__ __forceinline__ void team_merge(acc &a) {
+    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
+#pragma unroll
+    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl_xor(a, o));
+#if XENT_TPR > 32
+    __shared__ acc warp_acc[WARPS];
+    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = a;
+    __syncthreads();
+    a = warp_acc[0];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) acc_merge(a, warp_acc[i]);
+    __syncthreads();
+#endif
+}
+
+__device__ __forceinline__ float team_max(float m) {
+    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
+#pragma unroll
+    for (int o = width / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, o));
+#if XENT_TPR > 32
+    __shared__ float warp_max[WARPS];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    m = warp_max[0];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) m = fmaxf(m, warp_max[i]);
+    __syncthreads();
+#endif
+    return m;
+}
+
+/* Where a row's elements lie: `head` scalars before the first aligned vector,
+ * nv vectors, then the tail scalars up to c. */
+struct row_layout {
+    const unsigned char *p;
+    int head, nv;
+};
+
+__device__ __forceinline__ row_layout layout(const unsigned char *logits, long long row,
+                                             long long stride, int c) {
+    row_layout l;
+    l.p = logits + (size_t)row * (size_t)stride * ESIZE;
+    int mis = (int)(((size_t)l.p / ESIZE) % XENT_VEC);
+    l.head = mis ? min(XENT_VEC - mis, c) : 0;
+    l.nv = (c - l.head) / XENT_VEC;
+    return l;
+}
+
+__device__ __forceinline__ const unsigned char *vec_addr(const row_layout &l, int v) {
+    return l.p + (size_t)(l.head + v * XENT_VEC) * ESIZE;
+}
+
+/* Load the (up to) ITEMS vectors of this lane in chunk vb; missing ones read as -inf.
+ * Addresses are one base plus constant offsets, so they cost no registers. */
+__device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, int lane,
+                                           unsigned (&r)[XENT_ITEMS][VWORDS]) {
+    const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
+    const unsigned char *base = vec_addr(l, vb + lane);
+    const int valid = v1 - (vb + lane);
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++) {
+        if (k * XENT_TPR < valid) {
+            load_vec(base + k * XENT_TPR * XENT_VEC * ESIZE, r[k]);
+        } else {
+#pragma unroll
+            for (int q = 0; q < VWORDS; q++) r[k][q] = fill;
+        }
+    }
+}
+
+__device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORDS]) {
+    float m = neg_inf();
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++)
+#pragma unroll
+        for (int e = 0; e < XENT_VEC; e++) m = fmaxf(m, elem(r[k], e));
+    return m;
+}
+
+/* Add exp(x - m) of a loaded chunk to a.s (a.m is the shift), plus the side sums. */
+__device__ __forceinline__ void chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
+                                          const row_layout &l, int vb, int v1, int lane, int t,
+                                          const float *__restrict__ w) {
+    const float ml = safe_max(a.m) * LOG2E;
+    const int valid = v1 - (vb + lane);
+    const int j_lane = l.head + (vb + lane) * XENT_VEC; /* first element of item 0 */
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++) {
+#pragma unroll
+        for (int e = 0; e < XENT_VEC; e++) s += exp_shifted(elem(r[k], e), ml);
+        /* The target's owner picks it out of registers: no extra load per row. */
+        const int d = t - (j_lane + k * XENT_TPR * XENT_VEC);
+        if ((unsigned)d < (unsigned)XENT_VEC && k * XENT_TPR < valid) {
+#pragma unroll
+            for (int e = 0; e < XENT_VEC; e++)
+                if (d == e) a.xt = elem(r[k], e);
+        }
+#if XENT_SMOOTHING
+        if (k * XENT_TPR < valid) {
+#pragma unroll
+            for (int e = 0; e < XENT_VEC; e++)
+                acc_side(a, elem(r[k], e), j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
+        }
+#endif
+    }
+    a.s += s;
+}
+
+/* The scalar elements (head and tail) of a row, on lanes round-robin. */
+__device__ __forceinline__ float scalars_max(const row_layout &l, int c, int lane) {
+    float m = neg_inf();
+    for (int j = lane; j < l.head; j += XENT_TPR) m = fmaxf(m, load_scalar(l.p, j));
+    for (int j = l.head + l.nv * XENT_VEC + lane; j < c; j += XENT_TPR)
+        m = fmaxf(m, load_scalar(l.p, j));
+    return m;
+}
+
+__device__ __forceinline__ void scalar_sum(acc &a, const row_layout &l, int j, int t,
+                                           const float *__restrict__ w) {
+    float x = load_scalar(l.p, j);
+    a.s += exp_shifted(x, safe_max(a.m) * LOG2E);
+    acc_side(a, x, j, t, w);
+}
+
+__device__ __forceinline__ void scalars_sum(acc &a, const row_layout &l, int c, int lane, int t,
+                                            const float *__restrict__ w) {
+    for (int j = lane; j < l.head; j += XENT_TPR) scalar_sum(a, l, j, t, w);
+    for (int j = l.head + l.nv * XENT_VEC + lane; j < c; j += XENT_TPR) scalar_sum(a, l, j, t, w);
+}
+
+/* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
+__device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool scalars, int c,
+                                       int lane, int t, const float *__restrict__ w, bool one_chunk) {
+    acc a;
+    acc_init(a);
+    unsigned r[XENT_ITEMS][VWORDS];
+#if XENT_PASSES == 1
+    (void)one_chunk;
+    if (scalars) {
+        a.m = scalars_max(l, c, lane);
+        scalars_sum(a, l, c, lane, t, w);
+    }
+    for (int vb = v0; vb < v1; vb += CHUNK) {
+        load_chunk(l, vb, v1, lane, r);
+        float m = fmaxf(a.m, chunk_max(r));
+        a.s *= exp2f(fmaf(a.m, LOG2E, -safe_max(m) * LOG2E));
+        a.m = m;
+        chunk_sum(a, r, l, vb, v1, lane, t, w);
+    }
+#else
+    float m = scalars ? scalars_max(l, c, lane) : neg_inf();
+    if (one_chunk) {
+        load_chunk(l, v0, v1, lane, r); /* masked: an empty segment reads nothing */
+        a.m = team_max(fmaxf(m, chunk_max(r)));
+        chunk_sum(a, r, l, v0, v1, lane, t, w);
+    } else {
+        for (int vb = v0; vb < v1; vb += CHUNK) {
+            load_chunk(l, vb, v1, lane, r);
+            m = fmaxf(m, chunk_max(r));
+        }
+        a.m = team_max(m);
+        for (int vb = v0; vb < v1; vb += CHUNK) {
+            load_chunk(l, vb, v1, lane, r);
+            chunk_sum(a, r, l, vb, v1, lane, t, w);
+        }
+    }
+    if (scalars) scalars_sum(a, l, c, lane, t, w);
+#endif
+    return a;
+}
+
+struct row_result {
+    float loss;   /* the row's loss (0 ignored, NaN bad target) */
+    float weight; /* its weight in the mean's denominator */
+};
+
+__device__ __forceinline__ row_result finish_row(const acc &a, long long t, long long ignore_index,
+                                                 int c, float smoothing,
+                                                 const float *__restrict__ w, int *err,
+                                                 float *lse_out, long long row) {
+    float lse = a.m + logf(a.s);
+#if XENT_LSE
+    lse_out[row] = lse;
+#else
+    (void)lse_out;
+    (void)row;
+#endif
+    row_result r;
+    if (t == ignore_index) {
+        r.loss = 0.0f;
+        r.weight = 0.0f;
+        return r;
+    }
+    if (t < 0 || t >= c) {
+        atomicOr(err, 1);
+        r.loss = __int_as_float(0x7fc00000);
+        r.weight = 0.0f;
+        return r;
+    }
+#if XENT_WEIGHTS
+    float wt = __ldg(w + t);
+#else
+    (void)w;
+    float wt = 1.0f;
+#endif
+    float nll = wt * ((a.m - a.xt) + logf(a.s)); /* from x - max, as log_softmax: exact for huge logits */
+#if XENT_SMOOTHING
+#if XENT_WEIGHTS
+    float smooth = lse * a.sw - a.sx;
+#else
+    float smooth = lse * (float)c - a.sx;
+#endif
+    r.loss = (1.0f - smoothing) * nll + (smoothing / (float)c) * smooth;
+#else
+    (void)smoothing;
+    r.loss = nll;
+#endif
+    r.weight = wt;
+    return r;
+}
+
+__device__ __forceinline__ target_t load_target(const target_t *targets, long long row) {
+    return __ldg(targets + row);
+}
+
+/* Split rows: publish this segment's partial; the row's last segment combines
+ * all of them in segment order (deterministic) and returns true. */
+__device__ bool combine_split(acc &a, long long row, int seg, int split, int *arrivals,
+                              float *parts) {
+    float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
+    mine[0] = a.m;
+    mine[1] = a.s;
+    mine[2] = a.xt;
+#if XENT_SMOOTHING
+    mine[3] = a.sx;
+#if XENT_WEIGHTS
+    mine[4] = a.sw;
+#endif
+#endif
+    __threadfence();
+    if (atomicAdd(arrivals + row, 1) != split - 1) return false;
+    __threadfence();
+    acc_init(a);
+    for (int k = 0; k < split; k++) {
+        const float *q = parts + ((size_t)row * split + k) * PART_FLOATS;
+        acc b;
+        b.m = __ldcg(q);
+        b.s = __ldcg(q + 1);
+        b.xt = __ldcg(q + 2);
+#if XENT_SMOOTHING
+        b.sx = __ldcg(q + 3);
+#if XENT_WEIGHTS
+        b.sw = __ldcg(q + 4);
+#endif
+#endif
+        acc_merge(a, b);
+    }
+    arrivals[row] = 0; /* leave the workspace zeroed for the next launch */
+    return true;
+}
+
+#if XENT_REDUCTION != 0
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+/* Fixed-shape block sum: same inputs, same order, same bits. */
+__device__ __forceinline__ void block_sum2(double &x, double &y) {
+    __shared__ double sx[32], sy[32];
+    x = warp_sum_d(x);
+    y = warp_sum_d(y);
+    if (XENT_BLOCK <= 32) return;
+    if (threadIdx.x % 32 == 0) {
+        sx[threadIdx.x / 32] = x;
+        sy[threadIdx.x / 32] = y;
+    }
+    __syncthreads();
+    x = 0.0;
+    y = 0.0;
+    if (threadIdx.x < 32) {
+        x = threadIdx.x < WARPS ? sx[threadIdx.x] : 0.0;
+        y = threadIdx.x < WARPS ? sy[threadIdx.x] : 0.0;
+        x = warp_sum_d(x);
+        y = warp_sum_d(y);
+    }
+    __syncthreads();
+}
+
+/* Last-block reduction of the per-block partials into the scalar loss. */
+__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
+                                 unsigned char *ws) {
+    __shared__ bool last;
+    unsigned *ticket = (unsigned *)ws;
+    double *parts = (double *)(ws + 16);
+    block_sum2(loss_acc, weight_acc);
+    if (threadIdx.x == 0) {
+        parts[2 * blockIdx.x] = loss_acc;
+        parts[2 * blockIdx.x + 1] = weight_acc;
+        __threadfence();
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    double l = 0.0, wsum = 0.0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += XENT_BLOCK) {
+        l += __ldcg(parts + 2 * b);
+        wsum += __ldcg(parts + 2 * b + 1);
+    }
+    block_sum2(l, wsum);
+    if (threadIdx.x == 0) {
+        *loss = XENT_REDUCTION == 2 ? (float)(l / wsum) : (float)l;
+        *ticket = 0u;
+    }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(XENT_BLOCK)
+xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
+         const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
+         unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
+         long long stride, long long ignore_index, float smoothing, int split) {
+    const int team = threadIdx.x / XENT_TPR;
+    const int lane = threadIdx.x % XENT_TPR;
+    const long long work = n * split;
+    /* Uniform for all teams, so 2-pass team reductions stay in step. */
+    const bool one_chunk = ((c / XENT_VEC) + split - 1) / split <= CHUNK;
+    int *arrivals = (int *)(ws + 16 + 16 * (size_t)gridDim.x);
+    float *parts = (float *)((unsigned char *)arrivals + (((size_t)n * 4 + 15) & ~(size_t)15));
+    double loss_acc = 0.0, weight_acc = 0.0;
+
+    for (long long base = (long long)blockIdx.x * TEAMS; base < work;
+         base += (long long)gridDim.x * TEAMS) {
+        const long long w = base + team;
+        const bool active = w < work;
+        const long long row = active ? w / split : 0;
+        const int seg = active ? (int)(w - row * split) : 0;
+        const long long t = active ? (long long)load_target(targets, row) : ignore_index;
+        const int t_in = (t >= 0 && t < c) ? (int)t : -1;
+        row_layout l = layout(logits, row, stride, c);
+        const int per = (l.nv + split - 1) / split;
+        const int v0 = active ? min(seg * per, l.nv) : 0;
+        const int v1 = active ? min(v0 + per, l.nv) : 0;
+
+        acc a = segment(l, v0, v1, active && seg == 0, c, lane, t_in, weights, one_chunk);
+        team_merge(a);
+        if (lane != 0 || !active) continue;
+        if (split > 1 && !combine_split(a, row, seg, split, arrivals, parts)) continue;
+        row_result r = finish_row(a, t, ignore_index, c, smoothing, weights, err, lse_out, row);
+#if XENT_REDUCTION == 0
+        loss[row] = r.loss;
+#else
+        loss_acc += r.loss;
+        weight_acc += r.weight;
+#endif
+    }
+#if XENT_REDUCTION != 0
+    finish_reduction(loss_acc, weight_acc, loss, ws);
+#endif
+}

@@ -1,0 +1,1056 @@
+/*
+ * check_tunecache.c — tests of the SQLite tune cache (tunecache/tunecache.c).
+ *
+ * Build and run:
+ *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -I. tests/check_tunecache.c \
+ *       tunecache/tunecache.c -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lsqlite3 -lm \
+ *       -lrt -pthread -o build/check_tunecache && build/check_tunecache
+ */
+#include "tunecache/tunecache.h"
+#include "xent.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- fixtures --------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    strcpy(tmpdir, "/tmp/check_tunecache.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+/* The directory holds only flat files (db, -wal, -shm, sql). */
+static void remove_tmpdir(void)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d)
+        return;
+    struct dirent *ent;
+    char p[512];
+    while ((ent = readdir(d))) {
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", tmpdir, ent->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+static const char *tpath(const char *name)
+{
+    static char p[4][256];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
+    return p[i];
+}
+
+static tc_key mkkey(int64_t n, int64_t c)
+{
+    tc_key k;
+    memset(&k, 0, sizeof k);
+    strcpy(k.gpu, "h200");
+    k.arch = 90;
+    k.sm_count = 132;
+    strcpy(k.family, "xent_fwd");
+    k.logits = XENT_F32;
+    k.targets = XENT_I64;
+    k.reduction = 1;
+    k.options = 0;
+    k.n = n;
+    k.c = c;
+    k.template_version = 1;
+    return k;
+}
+
+static tc_entry mkentry(const char *config, double us)
+{
+    tc_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.config, sizeof e.config, "%s", config);
+    e.us = us;
+    e.gbps = 4000.0 + us;
+    e.when = 1764633600;
+    snprintf(e.settings, sizeof e.settings, "budget=30 reps=50");
+    return e;
+}
+
+static tc_db *open_ok(const char *path)
+{
+    tc_db *db = NULL;
+    char err[256];
+    int rc = tc_open(path, 0, &db, err, sizeof err);
+    ck_assert_msg(rc == XENT_OK, "tc_open %s: %d %s", path, rc, err);
+    ck_assert_ptr_nonnull(db);
+    return db;
+}
+
+static void put_ok(tc_db *db, int64_t n, int64_t c, const char *config, double us)
+{
+    tc_key k = mkkey(n, c);
+    tc_entry e = mkentry(config, us);
+    ck_assert_int_eq(tc_put(db, &k, &e), XENT_OK);
+}
+
+static void put_key(tc_db *db, const tc_key *k, const char *config)
+{
+    tc_entry e = mkentry(config, 10.0);
+    ck_assert_int_eq(tc_put(db, k, &e), XENT_OK);
+}
+
+/* The export is the canonical text of a store's winners, so comparing two
+ * exports compares contents. Caller frees. */
+static char *export_str(tc_db *db, const char *gpu)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    int rc = tc_export(db, gpu, f);
+    fclose(f);
+    ck_assert_msg(rc == XENT_OK, "export: %s", tc_errmsg(db));
+    return buf;
+}
+
+/* Whole exports are too long for a Check message (no-fork mode aborts on
+ * them), so report only where they first differ. */
+#define assert_same_text(a, b) assert_same_text_at(a, b, __LINE__)
+static void assert_same_text_at(const char *a, const char *b, int line)
+{
+    size_t i = 0;
+    while (a[i] && a[i] == b[i])
+        i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    ck_assert_msg(a[i] == b[i], "line %d: texts differ at byte %zu: '%.80s' vs '%.80s'", line, i,
+                  a + from, b + from);
+}
+
+static int64_t raw_int(const char *path, const char *sql)
+{
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    return v;
+}
+
+static void raw_exec(const char *path, const char *sql)
+{
+    sqlite3 *s;
+    ck_assert_int_eq(sqlite3_open(path, &s), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(s);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* ---- schema and opening ------------------------------------------------ */
+
+START_TEST(test_schema_created)
+{
+    const char *p = tpath("new.db");
+    tc_close(open_ok(p));
+    ck_assert_int_eq(raw_int(p, "PRAGMA user_version"), TC_SCHEMA_VERSION);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM sqlite_master WHERE type='table' "
+                                "AND name IN ('tune','trial')"), 2);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM pragma_journal_mode "
+                                "WHERE journal_mode = 'wal'"), 1);
+    /* Reopening an existing cache neither fails nor re-creates it. */
+    tc_db *db = open_ok(p);
+    put_ok(db, 8, 8, "A", 1.0);
+    tc_close(db);
+    tc_close(open_ok(p));
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 1);
+}
+END_TEST
+
+START_TEST(test_memory_db)
+{
+    tc_db *db = open_ok(":memory:");
+    tc_key k = mkkey(4, 5);
+    tc_entry e;
+    put_ok(db, 4, 5, "MEM", 2.0);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "MEM");
+    tc_close(db);
+}
+END_TEST
+
+START_TEST(test_newer_version_refused)
+{
+    const char *p = tpath("newer.db");
+    tc_close(open_ok(p));
+    raw_exec(p, "PRAGMA user_version = 2");
+    for (int ro = 0; ro <= 1; ro++) {
+        tc_db *db = (tc_db *)1;
+        char err[256] = "";
+        ck_assert_int_eq(tc_open(p, ro, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_ptr_null(db);
+        ck_assert_msg(strstr(err, "newer") && strstr(err, p), "err: %s", err);
+    }
+}
+END_TEST
+
+START_TEST(test_foreign_db_refused)
+{
+    const char *other = tpath("other.db"), *noschema = tpath("noschema.db");
+    raw_exec(other, "CREATE TABLE foo(a)");
+    raw_exec(noschema, "CREATE TABLE tune(gpu); PRAGMA user_version = 1");
+    const char *paths[] = { other, noschema };
+    for (int i = 0; i < 2; i++) {
+        tc_db *db = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(tc_open(paths[i], 0, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_msg(strstr(err, "not a tune cache"), "err: %s", err);
+    }
+    /* Refusing must not have added our tables to someone else's file. */
+    ck_assert_int_eq(raw_int(other, "SELECT count(*) FROM sqlite_master"), 1);
+}
+END_TEST
+
+START_TEST(test_readonly)
+{
+    const char *missing = tpath("missing.db"), *p = tpath("ro.db");
+    tc_db *db = NULL;
+    char err[256] = "";
+    struct stat sb;
+    ck_assert_int_eq(tc_open(missing, 1, &db, err, sizeof err), XENT_ECACHE);
+    ck_assert_int_ne(err[0], '\0');
+    ck_assert_int_ne(stat(missing, &sb), 0);
+
+    db = open_ok(p);
+    put_ok(db, 16, 16, "RO", 3.0);
+    tc_close(db);
+    ck_assert_int_eq(tc_open(p, 1, &db, err, sizeof err), XENT_OK);
+    tc_key k = mkkey(16, 16);
+    tc_entry e = mkentry("X", 1.0);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "RO");
+    ck_assert_int_eq(tc_put(db, &k, &e), XENT_ECACHE);
+    ck_assert_ptr_nonnull(strstr(tc_errmsg(db), "readonly"));
+    tc_close(db);
+}
+END_TEST
+
+START_TEST(test_corrupt_file)
+{
+    const char *p = tpath("random.db");
+    unsigned char junk[8192];
+    srand(42);
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (unsigned char)rand();
+    write_file(p, junk, sizeof junk);
+    for (int ro = 0; ro <= 1; ro++) {
+        tc_db *db = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(tc_open(p, ro, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_ptr_null(db);
+        ck_assert_msg(strstr(err, p) && strstr(err, "not a database"), "err: %s", err);
+    }
+}
+END_TEST
+
+START_TEST(test_truncated_file)
+{
+    const char *p = tpath("full.db"), *t = tpath("trunc.db");
+    tc_db *db = open_ok(p);
+    for (int i = 1; i <= 300; i++)
+        put_ok(db, i, 1000 + i, "VEC=4 TPR=32 a fairly long config string", i);
+    tc_close(db);
+
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    char head[1000];
+    ck_assert_uint_eq(fread(head, 1, sizeof head, f), sizeof head);
+    fclose(f);
+    write_file(t, head, sizeof head);
+
+    char err[256] = "";
+    ck_assert_int_eq(tc_open(t, 0, &db, err, sizeof err), XENT_ECACHE);
+    ck_assert_msg(strstr(err, t) && strlen(err) > strlen(t) + 16, "err: %s", err);
+}
+END_TEST
+
+START_TEST(test_open_bad_args)
+{
+    tc_db *db = NULL;
+    char err[128] = "";
+    ck_assert_int_eq(tc_open(NULL, 0, &db, err, sizeof err), XENT_EINVAL);
+    ck_assert_int_ne(err[0], '\0');
+    ck_assert_int_eq(tc_open("", 0, &db, NULL, 0), XENT_EINVAL);
+    ck_assert_int_eq(tc_open(":memory:", 0, NULL, NULL, 0), XENT_EINVAL);
+}
+END_TEST
+
+/* ---- put / get --------------------------------------------------------- */
+
+START_TEST(test_upsert)
+{
+    tc_db *db = open_ok(tpath("up.db"));
+    tc_key k = mkkey(32768, 4096);
+    tc_entry a = mkentry("VEC=4 TPR=32", 130.5), b = mkentry("VEC=8 TPR=64", 118.25), got;
+    snprintf(b.settings, sizeof b.settings, "budget=60");
+    b.when = 1764700000;
+    ck_assert_int_eq(tc_put(db, &k, &a), XENT_OK);
+    ck_assert_int_eq(tc_put(db, &k, &b), XENT_OK);
+    ck_assert_int_eq(tc_get(db, &k, &got), XENT_OK);
+    ck_assert_str_eq(got.config, "VEC=8 TPR=64");
+    ck_assert_double_eq(got.us, 118.25);
+    ck_assert_double_eq(got.gbps, b.gbps);
+    ck_assert_int_eq(got.when, 1764700000);
+    ck_assert_str_eq(got.settings, "budget=60");
+    tc_close(db);
+    ck_assert_int_eq(raw_int(tpath("up.db"), "SELECT count(*) FROM tune"), 1);
+}
+END_TEST
+
+START_TEST(test_get_miss)
+{
+    tc_db *db = open_ok(":memory:");
+    tc_key k = mkkey(100, 100);
+    tc_entry e = mkentry("UNTOUCHED", 1.0);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_ENOTFOUND);
+    ck_assert_str_eq(e.config, "UNTOUCHED");
+    ck_assert_int_ne(tc_errmsg(db)[0], '\0');
+    put_ok(db, 100, 101, "NEAR", 1.0);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_ENOTFOUND);
+    tc_close(db);
+}
+END_TEST
+
+/* Each variant changes one key field; none may find the base entry. */
+START_TEST(test_key_fields_distinguish)
+{
+    tc_db *db = open_ok(":memory:");
+    tc_key base = mkkey(4096, 32000), v[11];
+    tc_entry e;
+    put_key(db, &base, "BASE");
+    for (int i = 0; i < 11; i++)
+        v[i] = base;
+    strcpy(v[0].gpu, "h100");
+    v[1].arch = 80;
+    v[2].sm_count = 114;
+    strcpy(v[3].family, "xent_bwd");
+    v[4].logits = XENT_BF16;
+    v[5].targets = XENT_I32;
+    v[6].reduction = 0;
+    v[7].options = TC_OPT_SMOOTHING;
+    v[8].n = 4097;
+    v[9].c = 32001;
+    v[10].template_version = 2;
+    for (int i = 0; i < 11; i++)
+        ck_assert_msg(tc_get(db, &v[i], &e) == XENT_ENOTFOUND, "variant %d matched", i);
+    /* And each variant is its own key: storing them all gives 12 rows. */
+    for (int i = 0; i < 11; i++)
+        put_key(db, &v[i], "V");
+    ck_assert_int_eq(tc_get(db, &base, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "BASE");
+    tc_close(db);
+}
+END_TEST
+
+START_TEST(test_put_invalid)
+{
+    tc_db *db = open_ok(":memory:");
+    tc_key k = mkkey(1, 2);
+    tc_entry e = mkentry("X", NAN);
+    ck_assert_int_eq(tc_put(db, &k, &e), XENT_EINVAL);
+    e.us = INFINITY;
+    ck_assert_int_eq(tc_put(db, &k, &e), XENT_EINVAL);
+    e.us = 1.0;
+    ck_assert_int_eq(tc_put(db, NULL, &e), XENT_EINVAL);
+    ck_assert_int_eq(tc_put(db, &k, NULL), XENT_EINVAL);
+    memset(k.gpu, 'x', sizeof k.gpu);
+    ck_assert_int_eq(tc_put(db, &k, &e), XENT_EINVAL);
+    ck_assert_int_eq(tc_put(NULL, &k, &e), XENT_EINVAL);
+    tc_close(db);
+}
+END_TEST
+
+/* ---- nearest ------------------------------------------------------------- */
+
+START_TEST(test_nearest)
+{
+    tc_db *db = open_ok(":memory:");
+    put_ok(db, 1024, 1024, "S1", 1.0);
+    put_ok(db, 32768, 4096, "S2", 2.0);
+    put_ok(db, 4096, 32000, "S3", 3.0);
+    put_ok(db, 1048576, 10, "S4", 4.0);
+    tc_key bf = mkkey(30000, 4000);
+    bf.logits = XENT_BF16; /* sits exactly at the query shape, other dtype */
+    put_key(db, &bf, "BF16");
+
+    struct { int64_t n, c; const char *want; int64_t wn, wc; } cases[] = {
+        { 30000, 4000, "S2", 32768, 4096 },
+        { 4096, 30000, "S3", 4096, 32000 },
+        { 2000, 800, "S1", 1024, 1024 },
+        { 500000, 16, "S4", 1048576, 10 },
+        { 1, 2, "S1", 1024, 1024 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tc_key k = mkkey(cases[i].n, cases[i].c);
+        tc_entry e;
+        int64_t n = 0, c = 0;
+        ck_assert_int_eq(tc_nearest(db, &k, &e, &n, &c), XENT_OK);
+        ck_assert_msg(strcmp(e.config, cases[i].want) == 0, "case %zu got %s", i, e.config);
+        ck_assert_int_eq(n, cases[i].wn);
+        ck_assert_int_eq(c, cases[i].wc);
+    }
+    /* Only the bf16 row qualifies for a bf16 query, however far it is. */
+    tc_key q = mkkey(8, 8);
+    tc_entry e;
+    q.logits = XENT_BF16;
+    ck_assert_int_eq(tc_nearest(db, &q, &e, NULL, NULL), XENT_OK);
+    ck_assert_str_eq(e.config, "BF16");
+    q.logits = XENT_F16;
+    ck_assert_int_eq(tc_nearest(db, &q, &e, NULL, NULL), XENT_ENOTFOUND);
+    strcpy(q.gpu, "a100");
+    q.logits = XENT_F32;
+    ck_assert_int_eq(tc_nearest(db, &q, &e, NULL, NULL), XENT_ENOTFOUND);
+    q = mkkey(0, 8);
+    ck_assert_int_eq(tc_nearest(db, &q, &e, NULL, NULL), XENT_EINVAL);
+    tc_close(db);
+}
+END_TEST
+
+START_TEST(test_nearest_ties)
+{
+    tc_db *db = open_ok(":memory:");
+    tc_key k = mkkey(2000, 100);
+    tc_entry e;
+    int64_t n, c;
+    /* Inserted larger-first so that insertion order cannot explain the result. */
+    put_ok(db, 4000, 100, "BIG_N", 1.0);
+    put_ok(db, 1000, 100, "SMALL_N", 1.0);
+    ck_assert_int_eq(tc_nearest(db, &k, &e, &n, &c), XENT_OK);
+    ck_assert_str_eq(e.config, "SMALL_N");
+    ck_assert_int_eq(n, 1000);
+
+    tc_close(db);
+    db = open_ok(":memory:");
+    k = mkkey(100, 2000);
+    put_ok(db, 100, 4000, "BIG_C", 1.0);
+    put_ok(db, 100, 1000, "SMALL_C", 1.0);
+    ck_assert_int_eq(tc_nearest(db, &k, &e, &n, &c), XENT_OK);
+    ck_assert_str_eq(e.config, "SMALL_C");
+    ck_assert_int_eq(c, 1000);
+    tc_close(db);
+}
+END_TEST
+
+/* ---- lookup order -------------------------------------------------------- */
+
+START_TEST(test_lookup_order)
+{
+    tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:");
+    tc_key k = mkkey(32768, 4096);
+    tc_entry e;
+    int from = -1;
+
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_ENOTFOUND);
+    ck_assert_int_eq(from, TC_FROM_NONE);
+
+    put_ok(user, 32000, 4000, "USER_NEAR", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_NEAREST);
+    ck_assert_str_eq(e.config, "USER_NEAR");
+
+    put_ok(ship, 32768, 4096, "SHIP_EXACT", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_SHIPPED);
+    ck_assert_str_eq(e.config, "SHIP_EXACT");
+
+    put_ok(user, 32768, 4096, "USER_EXACT", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_USER);
+    ck_assert_str_eq(e.config, "USER_EXACT");
+
+    /* NULL stores are skipped. */
+    ck_assert_int_eq(tc_lookup(NULL, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_SHIPPED);
+    ck_assert_int_eq(tc_lookup(user, NULL, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_USER);
+    from = -1;
+    ck_assert_int_eq(tc_lookup(NULL, NULL, &k, &e, &from), XENT_ENOTFOUND);
+    ck_assert_int_eq(from, TC_FROM_NONE);
+    tc_close(user);
+    tc_close(ship);
+}
+END_TEST
+
+START_TEST(test_lookup_nearer_store_wins)
+{
+    tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:");
+    tc_key k = mkkey(10000, 1000);
+    tc_entry e;
+    int from;
+
+    put_ok(user, 100, 1000, "USER_FAR", 1.0);
+    put_ok(ship, 9000, 1000, "SHIP_CLOSE", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_NEAREST);
+    ck_assert_str_eq(e.config, "SHIP_CLOSE");
+
+    put_ok(user, 10500, 1000, "USER_CLOSER", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_NEAREST);
+    ck_assert_str_eq(e.config, "USER_CLOSER");
+
+    /* Equally near: the user's own measurement is preferred. */
+    put_ok(ship, 10500, 1000, "SHIP_SAME", 1.0);
+    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
+    ck_assert_str_eq(e.config, "USER_CLOSER");
+
+    ck_assert_int_eq(tc_lookup(NULL, ship, &k, &e, &from), XENT_OK);
+    ck_assert_int_eq(from, TC_FROM_NEAREST);
+    ck_assert_str_eq(e.config, "SHIP_SAME");
+    tc_close(user);
+    tc_close(ship);
+}
+END_TEST
+
+/* ---- trials and foreach ------------------------------------------------- */
+
+START_TEST(test_trials_counted)
+{
+    const char *p = tpath("trials.db");
+    tc_db *db = open_ok(p);
+    tc_key k = mkkey(64, 262144);
+    const char *st[] = { "ok", "ok", "wrong", "compile-error", "pruned", "ok" };
+    for (int i = 0; i < 6; i++) {
+        double us = strcmp(st[i], "compile-error") ? 10.0 + i : NAN;
+        ck_assert_int_eq(tc_add_trial(db, &k, "VEC=2", us, 100.0, st[i]), XENT_OK);
+    }
+    ck_assert_int_eq(tc_add_trial(db, &k, NULL, 1.0, 1.0, "ok"), XENT_EINVAL);
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial"), 6);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial WHERE status='ok'"), 3);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial WHERE us IS NULL"), 1);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial WHERE c = 262144 AND "
+                                "gpu = 'h200' AND measured_at > 1700000000"), 6);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 0);
+}
+END_TEST
+
+typedef struct { int count; int64_t last_n; int sorted; int stop_at; } visit_state;
+
+static int visit(void *arg, const tc_key *k, const tc_entry *e)
+{
+    visit_state *v = arg;
+    (void)e;
+    if (k->n < v->last_n)
+        v->sorted = 0;
+    v->last_n = k->n;
+    return ++v->count == v->stop_at ? 99 : 0;
+}
+
+START_TEST(test_foreach)
+{
+    tc_db *db = open_ok(":memory:");
+    int64_t ns[] = { 500, 3, 70000, 12, 9 };
+    for (int i = 0; i < 5; i++)
+        put_ok(db, ns[i], 64, "F", 1.0);
+    tc_key other = mkkey(1, 1);
+    strcpy(other.gpu, "h100");
+    put_key(db, &other, "OTHER");
+
+    visit_state v = { 0, 0, 1, -1 };
+    ck_assert_int_eq(tc_foreach(db, "h200", visit, &v), XENT_OK);
+    ck_assert_int_eq(v.count, 5);
+    ck_assert_int_eq(v.sorted, 1);
+    visit_state all = { 0, 0, 1, -1 };
+    ck_assert_int_eq(tc_foreach(db, NULL, visit, &all), XENT_OK);
+    ck_assert_int_eq(all.count, 6);
+    visit_state stop = { 0, 0, 1, 2 };
+    ck_assert_int_eq(tc_foreach(db, NULL, visit, &stop), 99);
+    ck_assert_int_eq(stop.count, 2);
+    tc_close(db);
+}
+END_TEST
+
+/* ---- export / import ------------------------------------------------------ */
+
+/* Like a measurement: a few significant digits, e.g. 118.253 µs, 4512.77 GB/s. */
+static double measured_double(void)
+{
+    return (double)(rand() % 10000000) / 1000.0;
+}
+
+/* Any mantissa, over the range timings and bandwidths can take. */
+static double random_double(void)
+{
+    double m = 1.0 + (double)rand() / RAND_MAX + (double)rand() / RAND_MAX / 1e9;
+    return ldexp(m, rand() % 60 - 30);
+}
+
+static void fill_awkward(tc_db *db)
+{
+    const char *configs[] = { "VEC=4 TPR=32", "it's \"quoted\"", "semi;colon -- not a comment",
+                              "/* not a comment */", "ünïcødé ✓", "" };
+    srand(7);
+    for (int i = 0; i < 200; i++) {
+        tc_key k = mkkey(1 + rand() % 1000000, 2 + rand() % 262144);
+        k.logits = i % 3;
+        if (i % 5 == 0)
+            strcpy(k.gpu, "h100");
+        tc_entry e = mkentry(configs[i % 6], measured_double());
+        e.gbps = measured_double();
+        e.when = 1700000000 + i;
+        snprintf(e.settings, sizeof e.settings, "budget=%d note='x'", i);
+        ck_assert_int_eq(tc_put(db, &k, &e), XENT_OK);
+    }
+}
+
+static int count_rows(tc_db *db)
+{
+    visit_state v = { 0, 0, 1, -1 };
+    ck_assert_int_eq(tc_foreach(db, NULL, visit, &v), XENT_OK);
+    return v.count;
+}
+
+typedef struct { tc_db *other; int seen, differ; } same_ctx;
+
+static int same_as(void *arg, const tc_key *k, const tc_entry *e)
+{
+    same_ctx *x = arg;
+    tc_entry o;
+    x->seen++;
+    if (tc_get(x->other, k, &o) != XENT_OK || memcmp(&o.us, &e->us, sizeof o.us)
+        || memcmp(&o.gbps, &e->gbps, sizeof o.gbps) || o.when != e->when
+        || strcmp(o.config, e->config) || strcmp(o.settings, e->settings))
+        x->differ++;
+    return 0;
+}
+
+START_TEST(test_export_import_roundtrip)
+{
+    tc_db *a = open_ok(tpath("a.db")), *b = open_ok(tpath("b.db"));
+    fill_awkward(a);
+    char *ea = export_str(a, NULL);
+    ck_assert_msg(strncmp(ea, "-- xent tune cache export, schema 1, gpu all\n", 45) == 0,
+                  "header: %.60s", ea);
+    ck_assert_ptr_nonnull(strstr(ea, "\nINSERT OR REPLACE INTO tune("));
+
+    int rows = -1;
+    ck_assert_msg(tc_import(b, ea, &rows) == XENT_OK, "import: %s", tc_errmsg(b));
+    ck_assert_int_eq(rows, 200);
+    char *eb = export_str(b, NULL);
+    assert_same_text(ea, eb);
+
+    /* Importing the same text again replaces, it does not duplicate or fail. */
+    ck_assert_int_eq(tc_import(b, ea, &rows), XENT_OK);
+    ck_assert_int_eq(count_rows(b), 200);
+    char *eb2 = export_str(b, NULL);
+    assert_same_text(ea, eb2);
+
+    /* Values survive bit for bit, not just as printed. */
+    same_ctx same = { b, 0, 0 };
+    ck_assert_int_eq(tc_foreach(a, NULL, same_as, &same), XENT_OK);
+    ck_assert_int_eq(same.seen, 200);
+    ck_assert_int_eq(same.differ, 0);
+    free(ea);
+    free(eb);
+    free(eb2);
+    tc_close(a);
+    tc_close(b);
+}
+END_TEST
+
+/* Whether this SQLite reads 17 significant digits back exactly. SQLite 3.40
+ * does so through x87 long double; valgrind runs that at double precision,
+ * where about one value in eight comes back an ulp off. */
+static int sqlite_parses_exactly(void)
+{
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    char sql[64];
+    int exact = 1;
+    ck_assert_int_eq(sqlite3_open(":memory:", &s), SQLITE_OK);
+    srand(3);
+    for (int i = 0; i < 200 && exact; i++) {
+        double v = random_double();
+        snprintf(sql, sizeof sql, "SELECT %.17g", v);
+        ck_assert_int_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+        exact = sqlite3_column_double(st, 0) == v;
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(s);
+    return exact;
+}
+
+static int ulps_apart(double a, double b)
+{
+    return a == b ? 0 : nextafter(a, b) == b ? 1 : 2;
+}
+
+/* Full-precision doubles: bit-exact where SQLite parses exactly (natively),
+ * else (under valgrind) within one ulp, so this never silently passes. */
+START_TEST(test_export_exact_doubles)
+{
+    tc_db *a = open_ok(":memory:"), *b = open_ok(":memory:");
+    int exact = sqlite_parses_exactly(), worst = 0;
+    srand(11);
+    for (int i = 0; i < 300; i++) {
+        tc_key k = mkkey(i + 1, 64);
+        tc_entry e = mkentry("R", random_double());
+        e.gbps = random_double();
+        ck_assert_int_eq(tc_put(a, &k, &e), XENT_OK);
+    }
+    char *text = export_str(a, NULL);
+    ck_assert_int_eq(tc_import(b, text, NULL), XENT_OK);
+    for (int i = 0; i < 300; i++) {
+        tc_key k = mkkey(i + 1, 64);
+        tc_entry ea, eb;
+        ck_assert_int_eq(tc_get(a, &k, &ea), XENT_OK);
+        ck_assert_int_eq(tc_get(b, &k, &eb), XENT_OK);
+        int d = ulps_apart(ea.us, eb.us), g = ulps_apart(ea.gbps, eb.gbps);
+        worst = d > worst ? d : g > worst ? g : worst;
+    }
+    int allowed = exact ? 0 : 1;
+    ck_assert_int_le(worst, allowed);
+    free(text);
+    tc_close(a);
+    tc_close(b);
+}
+END_TEST
+
+START_TEST(test_export_gpu_filter)
+{
+    tc_db *a = open_ok(":memory:"), *b = open_ok(":memory:");
+    fill_awkward(a);
+    char *e = export_str(a, "h100");
+    ck_assert_msg(strncmp(e, "-- xent tune cache export, schema 1, gpu h100\n", 46) == 0,
+                  "header: %.60s", e);
+    ck_assert_ptr_null(strstr(e, "'h200'"));
+    int rows;
+    ck_assert_int_eq(tc_import(b, e, &rows), XENT_OK);
+    ck_assert_int_eq(rows, 40);
+    ck_assert_int_eq(count_rows(b), 40);
+    ck_assert_int_eq(tc_export(a, "x\nDROP TABLE tune;", stdout), XENT_EINVAL);
+
+    /* A measured value is written as measured, not as 118.25299999999999. */
+    tc_db *m = open_ok(":memory:");
+    put_ok(m, 7, 7, "M", 118.253);
+    char *text = export_str(m, NULL);
+    ck_assert_msg(strstr(text, ", 118.253, 4118.253, "), "export: %s", text);
+    free(text);
+    tc_close(m);
+    free(e);
+    tc_close(a);
+    tc_close(b);
+}
+END_TEST
+
+#define INS(n, cfg) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
+    " options, n, c, template_version, config, us, gbps, measured_at, settings) VALUES('h200'," \
+    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" cfg "', 1.5, 2.5, 1700000000, '');\n"
+
+/* Each bad text carries good inserts before the bad part, so a missing
+ * rollback would show up as extra rows. */
+static void assert_import_refused(const char *text, const char *want_in_err)
+{
+    const char *p = tpath("imp.db");
+    tc_db *db = open_ok(p);
+    put_ok(db, 1, 1, "EXISTING", 1.0);
+    char *before = export_str(db, NULL);
+    int rows = -1;
+    ck_assert_int_eq(tc_import(db, text, &rows), XENT_ECACHE);
+    ck_assert_int_eq(rows, 0);
+    ck_assert_msg(strstr(tc_errmsg(db), want_in_err), "want '%s' in: %s", want_in_err,
+                  tc_errmsg(db));
+    char *after = export_str(db, NULL);
+    assert_same_text(before, after);
+    /* The store is still writable: no transaction or authorizer left behind. */
+    put_ok(db, 2, 2, "LATER", 1.0);
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 2);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial"), 0);
+    ck_assert_int_eq(raw_int(p, "PRAGMA user_version"), TC_SCHEMA_VERSION);
+    free(before);
+    free(after);
+    unlink(p);
+}
+
+START_TEST(test_import_malformed)
+{
+    assert_import_refused("-- header\n" INS(10, "A") INS(11, "B")
+                          "INSERT INTO tune VALUES(('h200';\n" INS(12, "C"), "statement 3");
+    /* A constraint failure (NULL config) at statement 3 rolls back too. */
+    assert_import_refused(INS(10, "A") INS(11, "B")
+                          "INSERT INTO tune(gpu) VALUES('h200');\n", "statement 3");
+}
+END_TEST
+
+START_TEST(test_import_refuses_other_statements)
+{
+    const char *bad[] = {
+        "DROP TABLE tune;",
+        "DELETE FROM tune;",
+        "INSERT INTO trial(gpu, arch, sm_count, family, logits, targets, reduction, options,"
+        " n, c, template_version, config, status, measured_at)"
+        " VALUES('h200', 90, 132, 'f', 0, 0, 0, 0, 1, 1, 1, 'X', 'ok', 1);",
+        "UPDATE tune SET config = 'EVIL';",
+        "PRAGMA user_version = 7;",
+        "ATTACH DATABASE '/tmp/evil.db' AS evil;",
+        "CREATE TABLE evil(a);",
+        "CREATE TEMP TRIGGER t AFTER INSERT ON tune BEGIN DELETE FROM tune; END;",
+        "INSERT INTO tune SELECT * FROM tune;",
+        "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction, options,"
+        " n, c, template_version, config, us, gbps, measured_at, settings)"
+        " VALUES('h200', 90, 132, 'f', 0, 0, 0, 0, 1, 1, 1, hex(randomblob(4)), 1, 1, 1, '');",
+        "SELECT 1;",
+        "COMMIT;",
+        "VACUUM;",
+    };
+    char text[2048];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s%s", INS(10, "A"), bad[i], INS(11, "B"));
+        assert_import_refused(text, "statement 2");
+    }
+}
+END_TEST
+
+START_TEST(test_import_blank_and_comments)
+{
+    tc_db *db = open_ok(":memory:");
+    int rows = -1;
+    ck_assert_int_eq(tc_import(db, "", &rows), XENT_OK);
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(tc_import(db, "-- nothing\n\n  /* block */ \n", &rows), XENT_OK);
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(tc_import(db, "-- two\n" INS(5, "X") "\n-- mid\n" INS(6, "Y") "-- end",
+                               &rows), XENT_OK);
+    ck_assert_int_eq(rows, 2);
+    ck_assert_int_eq(count_rows(db), 2);
+    ck_assert_int_eq(tc_import(db, NULL, &rows), XENT_EINVAL);
+    tc_close(db);
+}
+END_TEST
+
+START_TEST(test_import_file)
+{
+    const char *sql = tpath("ship.sql");
+    tc_db *a = open_ok(":memory:"), *b = open_ok(":memory:");
+    fill_awkward(a);
+    FILE *f = fopen(sql, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(tc_export(a, NULL, f), XENT_OK);
+    fclose(f);
+    int rows = 0;
+    ck_assert_int_eq(tc_import_file(b, sql, &rows), XENT_OK);
+    ck_assert_int_eq(rows, 200);
+    char *ea = export_str(a, NULL), *eb = export_str(b, NULL);
+    assert_same_text(ea, eb);
+    free(ea);
+    free(eb);
+
+    ck_assert_int_eq(tc_import_file(b, tpath("nope.sql"), &rows), XENT_ECACHE);
+    ck_assert_ptr_nonnull(strstr(tc_errmsg(b), "nope.sql"));
+    static const char with_nul[] = INS(1, "A") "\0" "DROP TABLE tune;";
+    write_file(sql, with_nul, sizeof with_nul - 1);
+    ck_assert_int_eq(tc_import_file(b, sql, &rows), XENT_ECACHE);
+    ck_assert_int_eq(count_rows(b), 200);
+    tc_close(a);
+    tc_close(b);
+}
+END_TEST
+
+/* ---- two processes ---------------------------------------------------------- */
+
+static int child_writes(const char *path, int id)
+{
+    tc_db *db = NULL;
+    char err[256];
+    if (tc_open(path, 0, &db, err, sizeof err) != XENT_OK)
+        return 1;
+    int bad = 0;
+    for (int i = 0; i < 200 && !bad; i++) {
+        tc_key k = mkkey(1000 * id + i, 128);
+        tc_entry e = mkentry("CHILD", 1.0 + i);
+        bad = tc_put(db, &k, &e) != XENT_OK
+              || tc_add_trial(db, &k, "CHILD", 1.0 + i, 2.0, "ok") != XENT_OK;
+    }
+    tc_close(db);
+    return bad ? 2 : 0;
+}
+
+/* The children race to create the file as well as to write it. */
+START_TEST(test_two_processes)
+{
+    const char *p = tpath("shared.db");
+    pid_t pids[2];
+    for (int id = 0; id < 2; id++) {
+        pids[id] = fork();
+        ck_assert_int_ge(pids[id], 0);
+        if (pids[id] == 0)
+            _exit(child_writes(p, id + 1));
+    }
+    for (int id = 0; id < 2; id++) {
+        int status = -1;
+        ck_assert_int_eq(waitpid(pids[id], &status, 0), pids[id]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d status %d", id,
+                      status);
+    }
+    tc_db *db = open_ok(p);
+    ck_assert_int_eq(count_rows(db), 400);
+    tc_key k = mkkey(2199, 128);
+    tc_entry e;
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_double_eq(e.us, 200.0);
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial"), 400);
+    ck_assert_int_eq(raw_int(p, "SELECT count(DISTINCT n) FROM trial"), 400);
+}
+END_TEST
+
+static void race_child(const char *path, int id, int gate)
+{
+    char c;
+    tc_db *db = NULL;
+    tc_key k = mkkey(id + 1, 1);
+    tc_entry e = mkentry("RACE", 1.0);
+    /* Blocks until the parent closes its end, releasing every child at once. */
+    int bad = read(gate, &c, 1) != 0;
+    bad = bad || tc_open(path, 0, &db, NULL, 0) != XENT_OK || tc_put(db, &k, &e) != XENT_OK;
+    tc_close(db);
+    _exit(bad);
+}
+
+/* Creating the schema and entering WAL are where racing creators collide;
+ * one round rarely shows it, so race many fresh files from a common start. */
+START_TEST(test_concurrent_create)
+{
+    enum { ROUNDS = 25, KIDS = 6 };
+    char name[32];
+    for (int r = 0; r < ROUNDS; r++) {
+        snprintf(name, sizeof name, "race%d.db", r);
+        const char *p = tpath(name);
+        pid_t pids[KIDS];
+        int gate[2];
+        ck_assert_int_eq(pipe(gate), 0);
+        for (int id = 0; id < KIDS; id++) {
+            pids[id] = fork();
+            ck_assert_int_ge(pids[id], 0);
+            if (pids[id] == 0) {
+                close(gate[1]);
+                race_child(p, id, gate[0]);
+            }
+        }
+        close(gate[0]);
+        close(gate[1]);
+        int failed = 0;
+        for (int id = 0; id < KIDS; id++) {
+            int status = -1;
+            ck_assert_int_eq(waitpid(pids[id], &status, 0), pids[id]);
+            failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        }
+        ck_assert_msg(failed == 0, "round %d: %d of %d openers failed", r, failed, KIDS);
+        ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), KIDS);
+    }
+}
+END_TEST
+
+/* ---- user path ------------------------------------------------------------ */
+
+START_TEST(test_user_path)
+{
+    char buf[256];
+    unsetenv("XENT_TUNECACHE");
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("HOME");
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_EINVAL);
+
+    setenv("HOME", "/home/u", 1);
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_OK);
+    ck_assert_str_eq(buf, "/home/u/.cache/xent/tune.db");
+
+    setenv("XDG_CACHE_HOME", "relative/cache", 1);
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_OK);
+    ck_assert_str_eq(buf, "/home/u/.cache/xent/tune.db");
+
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_OK);
+    ck_assert_str_eq(buf, "/xdg/xent/tune.db");
+
+    setenv("XENT_TUNECACHE", "/opt/t.db", 1);
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_OK);
+    ck_assert_str_eq(buf, "/opt/t.db");
+
+    setenv("XENT_TUNECACHE", "", 1); /* empty counts as unset */
+    ck_assert_int_eq(tc_user_path(buf, sizeof buf), XENT_OK);
+    ck_assert_str_eq(buf, "/xdg/xent/tune.db");
+
+    ck_assert_int_eq(tc_user_path(buf, 10), XENT_EINVAL);
+    ck_assert_str_eq(buf, "");
+    ck_assert_int_eq(tc_user_path(buf, strlen("/xdg/xent/tune.db")), XENT_EINVAL);
+    ck_assert_int_eq(tc_user_path(buf, strlen("/xdg/xent/tune.db") + 1), XENT_OK);
+    ck_assert_int_eq(tc_user_path(NULL, 10), XENT_EINVAL);
+}
+END_TEST
+
+/* ---- suite -------------------------------------------------------------------- */
+
+static Suite *tunecache_suite(void)
+{
+    Suite *s = suite_create("tunecache");
+    struct { const char *name; const TTest *test; } groups[] = {
+        { "schema", test_schema_created },         { "schema", test_memory_db },
+        { "schema", test_newer_version_refused },  { "schema", test_foreign_db_refused },
+        { "schema", test_readonly },               { "schema", test_corrupt_file },
+        { "schema", test_truncated_file },         { "schema", test_open_bad_args },
+        { "putget", test_upsert },                 { "putget", test_get_miss },
+        { "putget", test_key_fields_distinguish }, { "putget", test_put_invalid },
+        { "nearest", test_nearest },               { "nearest", test_nearest_ties },
+        { "lookup", test_lookup_order },           { "lookup", test_lookup_nearer_store_wins },
+        { "trials", test_trials_counted },         { "trials", test_foreach },
+        { "io", test_export_import_roundtrip },    { "io", test_export_exact_doubles },
+        { "io", test_export_gpu_filter },
+        { "io", test_import_malformed },           { "io", test_import_refuses_other_statements },
+        { "io", test_import_blank_and_comments },  { "io", test_import_file },
+        { "procs", test_two_processes },           { "procs", test_concurrent_create },           { "env", test_user_path },
+    };
+    TCase *tc = NULL;
+    const char *cur = "";
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        if (strcmp(cur, groups[i].name) != 0) {
+            cur = groups[i].name;
+            tc = tcase_create(cur);
+            tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+            tcase_set_timeout(tc, 60);
+            suite_add_tcase(s, tc);
+        }
+        tcase_add_test(tc, groups[i].test);
+    }
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(tunecache_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

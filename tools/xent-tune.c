@@ -1,0 +1,596 @@
+/*
+ * xent-tune — search kernel configurations on the GPU and store the winners.
+ *
+ *   xent-tune --gpu h200 --shape 32768x4096        tune one problem
+ *   xent-tune --dry-run --shape 64x262144           list candidates (no GPU)
+ *   xent-tune --compile-only --arch sm_90 ...       compile candidates (no GPU)
+ *   xent-tune show | export --gpu h200 | import FILE
+ *
+ * Exit status: 0 done, 2 bad usage, 3 no driver/device or the wrong GPU,
+ * 4 tune-cache error, 1 any other failure.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "tune/tune.h"
+
+enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
+#define MAX_SHAPES 4096
+
+typedef struct gpu_spec {
+    const char *key;
+    int cc;          /* 10*major + minor */
+    int sms[3];      /* multiprocessor counts of its variants */
+} gpu_spec;
+
+/* Known GPUs, so a cache entry never claims hardware it was not tuned on. */
+static const gpu_spec known_gpus[] = {
+    {"h200", 90, {132}},      {"h100", 90, {132, 114}}, {"h800", 90, {132, 114}},
+    {"gh200", 90, {132}},     {"a100", 80, {108}},      {"a800", 80, {108}},
+    {"l40s", 89, {142}},      {"l4", 89, {58}},         {"b200", 100, {148}},
+    {"rtx4090", 89, {128}},   {"a10", 86, {72}},        {NULL, 0, {0}},
+};
+
+typedef struct cli {
+    const char *command;     /* NULL (tune), "show", "export", "import" */
+    const char *import_path, *output, *db_path, *gpu;
+    int64_t shapes[MAX_SHAPES][2];
+    int nshapes;
+    xent_problem base;
+    double budget;
+    int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
+} cli;
+
+static const char *prog = "xent-tune";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: %s [options]                 tune problems on the GPU and store the winners\n"
+            "       %s show [--db PATH] [--gpu KEY]\n"
+            "       %s export --gpu KEY [--db PATH] [--output FILE]\n"
+            "       %s import FILE [--db PATH]\n"
+            "\n"
+            "problem:\n"
+            "  -s, --shape NxC            rows x classes (repeatable), e.g. 32768x4096\n"
+            "  -f, --shapes-file FILE     one NxC per line ('#' comments)\n"
+            "  -d, --dtype f32|f16|bf16   logits dtype (default f32)\n"
+            "  -t, --targets i64|i32      targets dtype (default i64)\n"
+            "  -r, --reduction mean|sum|none   (default mean)\n"
+            "  -i, --ignore-index N       (default -100)\n"
+            "  -l, --label-smoothing X    in [0, 1] (default 0)\n"
+            "  -w, --weights              with per-class weights\n"
+            "      --lse                  also write the per-row log-sum-exp\n"
+            "search:\n"
+            "  -g, --gpu KEY|auto         refuse unless the GPU present is KEY (default auto)\n"
+            "  -b, --budget SECONDS       wall-clock budget per problem (default 30)\n"
+            "  -x, --exhaustive           time every candidate (ignores the budget)\n"
+            "  -j, --jobs N               compile threads (default: CPUs)\n"
+            "      --device N             CUDA device ordinal (default 0)\n"
+            "      --db PATH              tune cache (default $XENT_TUNECACHE, else ~/.cache/xent/tune.db)\n"
+            "no GPU needed:\n"
+            "  -n, --dry-run              print the candidate configurations\n"
+            "  -c, --compile-only         compile the candidates and print registers and spills\n"
+            "  -a, --arch sm_XX           architecture for those two (default sm_90)\n"
+            "output:\n"
+            "      --json                 JSON on stdout instead of tables\n"
+            "      --top K                rows of the result table (default 10)\n"
+            "  -q, --quiet                no progress bar\n"
+            "  -h, --help, -V, --version\n",
+            prog, prog, prog, prog);
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry '%s --help'.\n", prog);
+    return EXIT_USAGE;
+}
+
+static int parse_shape(const char *s, int64_t *n, int64_t *c) {
+    char *end;
+    errno = 0;
+    long long a = strtoll(s, &end, 10);
+    if (end == s || (*end != 'x' && *end != 'X')) return -1;
+    const char *rest = end + 1;
+    long long b = strtoll(rest, &end, 10);
+    while (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n') end++;
+    if (end == rest || *end || errno || a < 1 || b < 1 || b > 0x7fffffffLL) return -1;
+    *n = a;
+    *c = b;
+    return 0;
+}
+
+static int add_shape(cli *o, const char *s) {
+    if (o->nshapes == MAX_SHAPES) return bad_usage("more than 4096 shapes", "");
+    if (parse_shape(s, &o->shapes[o->nshapes][0], &o->shapes[o->nshapes][1]))
+        return bad_usage("bad shape '%s' (expected NxC with N, C >= 1, e.g. 32768x4096)", s);
+    o->nshapes++;
+    return 0;
+}
+
+static int read_shapes_file(cli *o, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: cannot open shapes file '%s': %s\n", prog, path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char line[256];
+    int rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        char *s = line + strspn(line, " \t");
+        if (*s == '#' || *s == '\n' || *s == '\r' || !*s) continue;
+        rc = add_shape(o, s);
+    }
+    fclose(f);
+    return rc;
+}
+
+static int parse_enum(const char *arg, const char *const *names, int *out, const char *what) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(arg, names[i])) {
+            *out = i;
+            return 0;
+        }
+    fprintf(stderr, "%s: bad %s '%s'\nTry '%s --help'.\n", prog, what, arg, prog);
+    return EXIT_USAGE;
+}
+
+static int parse_number(const char *arg, double lo, double hi, double *out, const char *what) {
+    char *end;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "%s: bad %s '%s' (expected a number in [%g, %g])\nTry '%s --help'.\n", prog, what, arg, lo,
+                hi, prog);
+        return EXIT_USAGE;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *arg, long long lo, long long hi, long long *out, const char *what) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (end == arg || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "%s: bad %s '%s'\nTry '%s --help'.\n", prog, what, arg, prog);
+        return EXIT_USAGE;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_arch(const char *arg, int *arch) {
+    long long v;
+    const char *digits = strncmp(arg, "sm_", 3) ? arg : arg + 3;
+    if (parse_int(digits, 50, 200, &v, "architecture")) return EXIT_USAGE;
+    *arch = (int)v;
+    return 0;
+}
+
+static int parse_option(cli *o, int opt, const char *arg) {
+    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
+    static const char *const targets[] = {"i32", "i64", NULL};
+    static const char *const reductions[] = {"none", "sum", "mean", NULL};
+    double d;
+    long long v;
+    int e, rc = 0;
+    switch (opt) {
+    case 's': return add_shape(o, arg);
+    case 'f': return read_shapes_file(o, arg);
+    case 'd': rc = parse_enum(arg, dtypes, &e, "dtype"); o->base.logits = (xent_dtype)e; return rc;
+    case 't': rc = parse_enum(arg, targets, &e, "targets dtype"); o->base.targets = (xent_index)e; return rc;
+    case 'r': rc = parse_enum(arg, reductions, &e, "reduction"); o->base.reduction = (xent_reduction)e; return rc;
+    case 'i': rc = parse_int(arg, INT64_MIN, INT64_MAX, &v, "ignore index"); o->base.ignore_index = v; return rc;
+    case 'l': rc = parse_number(arg, 0, 1, &d, "label smoothing"); o->base.label_smoothing = (float)d; return rc;
+    case 'w': o->base.has_weights = 1; return 0;
+    case 'L': o->base.write_lse = 1; return 0;
+    case 'g': o->gpu = arg; return 0;
+    case 'b': return parse_number(arg, 0.1, 86400, &o->budget, "budget");
+    case 'x': o->exhaustive = 1; return 0;
+    case 'j': rc = parse_int(arg, 1, 64, &v, "jobs"); o->jobs = (int)v; return rc;
+    case 'D': rc = parse_int(arg, 0, 1024, &v, "device"); o->device = (int)v; return rc;
+    case 'B': o->db_path = arg; return 0;
+    case 'n': o->dry_run = 1; return 0;
+    case 'c': o->compile_only = 1; return 0;
+    case 'a': return parse_arch(arg, &o->arch);
+    case 'J': o->json = 1; return 0;
+    case 'T': rc = parse_int(arg, 1, 100000, &v, "top"); o->top = (int)v; return rc;
+    case 'q': o->quiet = 1; return 0;
+    case 'o': o->output = arg; return 0;
+    default: return EXIT_USAGE;
+    }
+}
+
+static int parse_args(cli *o, int argc, char **argv) {
+    static const struct option longs[] = {
+        {"shape", required_argument, 0, 's'},   {"shapes-file", required_argument, 0, 'f'},
+        {"dtype", required_argument, 0, 'd'},   {"targets", required_argument, 0, 't'},
+        {"reduction", required_argument, 0, 'r'}, {"ignore-index", required_argument, 0, 'i'},
+        {"label-smoothing", required_argument, 0, 'l'}, {"weights", no_argument, 0, 'w'},
+        {"lse", no_argument, 0, 'L'},           {"gpu", required_argument, 0, 'g'},
+        {"budget", required_argument, 0, 'b'},  {"exhaustive", no_argument, 0, 'x'},
+        {"jobs", required_argument, 0, 'j'},    {"device", required_argument, 0, 'D'},
+        {"db", required_argument, 0, 'B'},      {"dry-run", no_argument, 0, 'n'},
+        {"compile-only", no_argument, 0, 'c'},  {"arch", required_argument, 0, 'a'},
+        {"json", no_argument, 0, 'J'},          {"top", required_argument, 0, 'T'},
+        {"quiet", no_argument, 0, 'q'},         {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0}};
+    int opt, rc;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":s:f:d:t:r:i:l:wg:b:xj:na:cqo:hV", longs, NULL)) != -1) {
+        if (opt == 'h') {
+            usage(stdout);
+            exit(0);
+        }
+        if (opt == 'V') {
+            printf("xent-tune %d.%d.%d (template %d)\n", XENT_VERSION / 10000, XENT_VERSION / 100 % 100,
+                   XENT_VERSION % 100, XENT_TEMPLATE_VERSION);
+            exit(0);
+        }
+        if (opt == '?') return bad_usage("unknown option '%s'", argv[optind - 1]);
+        if (opt == ':') return bad_usage("option '%s' needs a value", argv[optind - 1]);
+        if ((rc = parse_option(o, opt, optarg))) return rc;
+    }
+    if (optind < argc) {
+        o->command = argv[optind++];
+        if (strcmp(o->command, "show") && strcmp(o->command, "export") && strcmp(o->command, "import"))
+            return bad_usage("unknown command '%s' (expected show, export or import)", o->command);
+        if (!strcmp(o->command, "import")) {
+            if (optind == argc) return bad_usage("import needs a FILE%s", "");
+            o->import_path = argv[optind++];
+        }
+        if (optind < argc) return bad_usage("unexpected argument '%s'", argv[optind]);
+        if (!strcmp(o->command, "export") && !strcmp(o->gpu, "auto"))
+            return bad_usage("export needs --gpu KEY%s", "");
+        return 0;
+    }
+    if (!o->nshapes) return bad_usage("no problem given: use --shape NxC or --shapes-file FILE%s", "");
+    if (o->dry_run && o->compile_only) return bad_usage("--dry-run and --compile-only exclude each other%s", "");
+    return 0;
+}
+
+/* ---- the tune cache ---- */
+
+static void make_parent_dirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+}
+
+static int open_db(const cli *o, int readonly, tc_db **db) {
+    char path[4096], err[1024];
+    if (o->db_path) snprintf(path, sizeof path, "%s", o->db_path);
+    else if (tc_user_path(path, sizeof path)) {
+        fprintf(stderr, "%s: no tune cache path: set XENT_TUNECACHE or HOME, or pass --db\n", prog);
+        return EXIT_CACHE;
+    }
+    if (!readonly) make_parent_dirs(path);
+    if (tc_open(path, readonly, db, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return EXIT_CACHE;
+    }
+    return 0;
+}
+
+static const char *dtype_name(int d) { return d == XENT_F32 ? "f32" : d == XENT_F16 ? "f16" : "bf16"; }
+static const char *red_name(int r) { return r == XENT_REDUCE_NONE ? "none" : r == XENT_REDUCE_SUM ? "sum" : "mean"; }
+
+static int show_row(void *arg, const tc_key *k, const tc_entry *e) {
+    int *rows = arg;
+    if (!(*rows)++)
+        printf("%-6s %-5s %4s %-5s %-4s %-4s %3s %9s %7s %9s %7s  %s\n", "gpu", "arch", "sms", "dtype", "tgt", "red",
+               "opt", "n", "c", "us", "GB/s", "config");
+    printf("%-6s sm_%-2d %4d %-5s %-4s %-4s %3d %9lld %7lld %9.2f %7.0f  %s\n", k->gpu, k->arch, k->sm_count,
+           dtype_name(k->logits), k->targets == XENT_I64 ? "i64" : "i32", red_name(k->reduction), k->options,
+           (long long)k->n, (long long)k->c, e->us, e->gbps, e->config);
+    return 0;
+}
+
+static int cmd_show(const cli *o) {
+    tc_db *db;
+    int rc = open_db(o, 1, &db), rows = 0;
+    if (rc) return rc;
+    const char *gpu = strcmp(o->gpu, "auto") ? o->gpu : NULL;
+    rc = tc_foreach(db, gpu, show_row, &rows);
+    if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
+    else printf("%d entr%s\n", rows, rows == 1 ? "y" : "ies");
+    tc_close(db);
+    return rc ? EXIT_CACHE : 0;
+}
+
+static int cmd_export(const cli *o) {
+    tc_db *db;
+    int rc = open_db(o, 1, &db);
+    if (rc) return rc;
+    FILE *out = o->output ? fopen(o->output, "w") : stdout;
+    if (!out) {
+        fprintf(stderr, "%s: cannot write '%s': %s\n", prog, o->output, strerror(errno));
+        tc_close(db);
+        return EXIT_CACHE;
+    }
+    rc = tc_export(db, o->gpu, out);
+    if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
+    if (out != stdout && fclose(out)) rc = XENT_ECACHE;
+    tc_close(db);
+    return rc ? EXIT_CACHE : 0;
+}
+
+static int cmd_import(const cli *o) {
+    tc_db *db;
+    int rc = open_db(o, 0, &db), rows = 0;
+    if (rc) return rc;
+    rc = tc_import_file(db, o->import_path, &rows);
+    if (rc) fprintf(stderr, "%s: %s (nothing was imported)\n", prog, tc_errmsg(db));
+    else printf("imported %d entr%s from %s\n", rows, rows == 1 ? "y" : "ies", o->import_path);
+    tc_close(db);
+    return rc ? EXIT_CACHE : 0;
+}
+
+/* ---- no-GPU modes ---- */
+
+static const gpu_spec *find_gpu(const char *key) {
+    for (const gpu_spec *g = known_gpus; g->key; g++)
+        if (!strcmp(g->key, key)) return g;
+    return NULL;
+}
+
+static void problem_for(const cli *o, int i, xent_problem *p) {
+    *p = o->base;
+    p->n = o->shapes[i][0];
+    p->c = o->shapes[i][1];
+    p->row_stride = p->c;
+}
+
+static void describe_problem(const xent_problem *p, char *buf, size_t len) {
+    snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
+             p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), p->has_weights ? " weights" : "",
+             p->label_smoothing > 0 ? " smoothing" : "", p->write_lse ? " lse" : "");
+}
+
+static int offline_sm_count(const cli *o) {
+    const gpu_spec *g = strcmp(o->gpu, "auto") ? find_gpu(o->gpu) : NULL;
+    return g ? g->sms[0] : 132;
+}
+
+static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
+    int sms = offline_sm_count(o);
+    size_t n = xent_space_enumerate(p->logits, p, sms, NULL, 0);
+    *out = calloc(n + 1, sizeof **out);
+    if (!*out) return -1;
+    xent_space_enumerate(p->logits, p, sms, *out, n);
+    return (int)n;
+}
+
+static int cmd_dry_run(const cli *o) {
+    for (int i = 0; i < o->nshapes; i++) {
+        xent_problem p;
+        char what[160], cfg[200];
+        xent_config *cfgs;
+        problem_for(o, i, &p);
+        describe_problem(&p, what, sizeof what);
+        int n = candidates(o, &p, &cfgs);
+        if (n < 0) return 1;
+        printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, o->arch, offline_sm_count(o));
+        for (int k = 0; k < n; k++) {
+            xent_config_format(&cfgs[k], cfg, sizeof cfg);
+            printf("%s\n", cfg);
+        }
+        xent_config h;
+        xent_config_heuristic(&p, offline_sm_count(o), &h);
+        xent_config_format(&h, cfg, sizeof cfg);
+        printf("# heuristic: %s\n", cfg);
+        free(cfgs);
+    }
+    return 0;
+}
+
+static int cmd_compile_only(const cli *o) {
+    int failed = 0;
+    for (int i = 0; i < o->nshapes; i++) {
+        xent_problem p;
+        char what[160], cfg[200];
+        xent_config *cfgs;
+        problem_for(o, i, &p);
+        describe_problem(&p, what, sizeof what);
+        int n = candidates(o, &p, &cfgs);
+        if (n < 0) return 1;
+        int *status = calloc((size_t)n + 1, sizeof *status);
+        xent_cubin *bins = calloc((size_t)n + 1, sizeof *bins);
+        char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
+        if (!status || !bins || !errs) return 1;
+        xent_compile_many(cfgs, n, &p, o->arch, o->jobs, status, bins, errs);
+        printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
+               "stack", "smem", "config");
+        for (int k = 0; k < n; k++) {
+            xent_config_format(&cfgs[k], cfg, sizeof cfg);
+            if (status[k]) {
+                failed++;
+                printf("FAILED %s: %s\n", cfg, errs[k]);
+            } else {
+                printf("%5d %6d %6d %6d  %s\n", bins[k].registers, bins[k].spill_bytes, bins[k].stack_bytes,
+                       bins[k].smem_bytes, cfg);
+            }
+            xent_cubin_free(&bins[k]);
+        }
+        free(status);
+        free(bins);
+        free(errs);
+        free(cfgs);
+    }
+    if (failed) fprintf(stderr, "%s: %d candidates failed to compile\n", prog, failed);
+    return failed ? 1 : 0;
+}
+
+/* ---- tuning ---- */
+
+static int check_gpu(const cli *o, const xent_device_info *info) {
+    if (!strcmp(o->gpu, "auto")) return 0;
+    const gpu_spec *g = find_gpu(o->gpu);
+    int cc = info->cc_major * 10 + info->cc_minor, sm_ok = !g;
+    for (int i = 0; g && i < 3 && g->sms[i]; i++) sm_ok |= g->sms[i] == info->sm_count;
+    if (strcmp(info->key, o->gpu) || (g && g->cc != cc) || !sm_ok) {
+        fprintf(stderr, "%s: the GPU present is %s (key %s, sm_%d, %d SMs), not %s%s; refusing to store entries for it\n",
+                prog, info->name, info->key, cc, info->sm_count, o->gpu, g ? "" : " (unknown key)");
+        return EXIT_DEVICE;
+    }
+    return 0;
+}
+
+typedef struct bar {
+    int tty, quiet, last;
+} bar;
+
+static void progress(void *arg, int done, int total, double best_us, const char *stage) {
+    bar *b = arg;
+    if (b->quiet) return;
+    if (b->tty) {
+        int width = 30, fill = total ? done * width / total : 0;
+        fprintf(stderr, "\r  %-10s [%.*s%*s] %4d/%-4d best %8.2f us", stage, fill,
+                "##############################", width - fill, "", done, total, best_us);
+        fflush(stderr);
+    } else if (done - b->last >= 25 || done == total) {
+        fprintf(stderr, "  %s: %d/%d candidates, best %.2f us\n", stage, done, total, best_us);
+        b->last = done;
+    }
+}
+
+static void config_text(const xent_config *c, char *buf, size_t len) { xent_config_format(c, buf, len); }
+
+static void print_table(const cli *o, const xent_problem *p, const xent_device_info *info, const xent_tune_result *r) {
+    char what[160], cfg[200];
+    describe_problem(p, what, sizeof what);
+    printf("%s %s: %d candidates, %d timed, %d failed, %.1f s\n", info->key, what, r->candidates, r->timed,
+           r->failed, r->wall_s);
+    printf("floor (streaming read of the same %.1f MB): %.2f us = %.2f TB/s\n", r->bytes / 1e6, r->floor_us,
+           r->bytes / (r->floor_us * 1e6));
+    printf("%4s %9s %7s %7s %8s  %s\n", "rank", "us", "GB/s", "%floor", "vs heur", "config");
+    int shown = 0;
+    for (int i = 0; i < r->ntrials && shown < o->top; i++) {
+        const xent_trial *t = &r->trials[i];
+        if (t->status != TRIAL_OK) continue;
+        config_text(&t->config, cfg, sizeof cfg);
+        printf("%4d %9.2f %7.0f %6.1f%% %7.2fx  %s\n", ++shown, t->us, t->gbps, 100.0 * r->floor_us / t->us,
+               r->heuristic.us / t->us, cfg);
+    }
+    config_text(&r->heuristic.config, cfg, sizeof cfg);
+    printf("heuristic %9.2f us  %s\n", r->heuristic.us, cfg);
+    config_text(&r->best.config, cfg, sizeof cfg);
+    printf("winner    %9.2f us  %.2fx the heuristic, %.1f%% of the floor  %s\n", r->best.us,
+           r->heuristic.us / r->best.us, 100.0 * r->floor_us / r->best.us, cfg);
+    for (int i = 0, n = 0; i < r->ntrials && n < 5; i++)
+        if (r->trials[i].status == TRIAL_WRONG || r->trials[i].status == TRIAL_COMPILE_ERROR) {
+            config_text(&r->trials[i].config, cfg, sizeof cfg);
+            printf("skipped: %s: %s\n", cfg, r->trials[i].reason);
+            n++;
+        }
+}
+
+static void print_json(const xent_problem *p, const xent_device_info *info, const xent_tune_result *r, int first,
+                       int last, int top) {
+    char cfg[200];
+    if (first) printf("[\n");
+    printf("  {\"gpu\": \"%s\", \"device\": \"%s\", \"n\": %lld, \"c\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
+           "\"reduction\": \"%s\", \"bytes\": %.0f, \"floor_us\": %.3f, \"wall_s\": %.2f, \"candidates\": %d, "
+           "\"timed\": %d, \"failed\": %d,\n",
+           info->key, info->name, (long long)p->n, (long long)p->c, dtype_name(p->logits),
+           p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), r->bytes, r->floor_us, r->wall_s,
+           r->candidates, r->timed, r->failed);
+    config_text(&r->heuristic.config, cfg, sizeof cfg);
+    printf("   \"heuristic\": {\"config\": \"%s\", \"us\": %.3f},\n", cfg, r->heuristic.us);
+    config_text(&r->best.config, cfg, sizeof cfg);
+    printf("   \"best\": {\"config\": \"%s\", \"us\": %.3f, \"gbps\": %.1f},\n   \"top\": [", cfg, r->best.us,
+           r->best.gbps);
+    for (int i = 0, n = 0; i < r->ntrials && n < top; i++) {
+        if (r->trials[i].status != TRIAL_OK) continue;
+        config_text(&r->trials[i].config, cfg, sizeof cfg);
+        printf("%s{\"config\": \"%s\", \"us\": %.3f}", n++ ? ", " : "", cfg, r->trials[i].us);
+    }
+    printf("]}%s\n", last ? "\n]" : ",");
+}
+
+static int open_context(const cli *o, xent_context **ctx, xent_device_info *info) {
+    int rc = xent_context_create(ctx, o->device);
+    if (!rc) rc = xent_device_get_info(*ctx, info);
+    if (rc) {
+        fprintf(stderr, "%s: %s: %s\n", prog, xent_errstr(rc), xent_errmsg(*ctx));
+        xent_context_destroy(*ctx);
+        *ctx = NULL;
+        return rc == XENT_ENODRIVER || rc == XENT_ENODEVICE ? EXIT_DEVICE : 1;
+    }
+    return check_gpu(o, info);
+}
+
+static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *info, tc_db *db, int i) {
+    xent_problem p;
+    xent_tune_opts opts;
+    xent_tune_result r;
+    char settings[200], what[160];
+    bar b = {isatty(2), o->quiet || o->json, 0};
+    problem_for(o, i, &p);
+    describe_problem(&p, what, sizeof what);
+    xent_tune_opts_init(&opts);
+    opts.budget_s = o->budget;
+    opts.exhaustive = o->exhaustive;
+    if (o->jobs) opts.threads = o->jobs;
+    opts.progress = progress;
+    opts.progress_arg = &b;
+    opts.db = db;
+    snprintf(settings, sizeof settings, "budget=%g exhaustive=%d reps=%d", o->budget, o->exhaustive, opts.reps);
+    opts.settings = settings;
+    if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
+    int rc = xent_tune(ctx, &p, &opts, &r);
+    if (b.tty && !b.quiet) fprintf(stderr, "\n");
+    if (rc) {
+        fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
+        return rc == XENT_ECACHE ? EXIT_CACHE : 1;
+    }
+    if (o->json) print_json(&p, info, &r, i == 0, i == o->nshapes - 1, o->top);
+    else print_table(o, &p, info, &r);
+    int ok = r.best.status == TRIAL_OK;
+    xent_tune_result_free(&r);
+    if (!ok) fprintf(stderr, "%s: %s: no candidate was correct\n", prog, what);
+    return ok ? 0 : 1;
+}
+
+static int cmd_tune(const cli *o) {
+    xent_context *ctx = NULL;
+    xent_device_info info;
+    tc_db *db = NULL;
+    int rc = open_context(o, &ctx, &info);
+    if (!rc) rc = open_db(o, 0, &db);
+    for (int i = 0; !rc && i < o->nshapes; i++) rc = tune_one(o, ctx, &info, db, i);
+    tc_close(db);
+    xent_context_destroy(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    static cli o;
+    xent_problem_init(&o.base, 1, 1);
+    o.gpu = "auto";
+    o.budget = 30;
+    o.top = 10;
+    o.arch = 90;
+    int rc = parse_args(&o, argc, argv);
+    if (rc) return rc;
+    if (o.command && !strcmp(o.command, "show")) return cmd_show(&o);
+    if (o.command && !strcmp(o.command, "export")) return cmd_export(&o);
+    if (o.command && !strcmp(o.command, "import")) return cmd_import(&o);
+    if (o.dry_run) return cmd_dry_run(&o);
+    if (o.compile_only) return cmd_compile_only(&o);
+    return cmd_tune(&o);
+}

@@ -1,0 +1,137 @@
+/* tune/bufs.c — the tuner's inputs: random host data, its float64
+ * reference, and rotated device copies so small problems are not timed from L2. */
+#include "tune/bufs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tune/reference.h"
+
+/* Data touched per rotation must exceed this many L2s. */
+#define L2_MULTIPLE 4
+#define MAX_COPIES 64
+
+static uint64_t next_random(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static double uniform01(uint64_t *s) { return (double)(next_random(s) >> 11) * 0x1.0p-53; }
+
+/* Logits like KernelBench's torch.rand (uniform [0, 1)), spread a little so
+ * rows differ in their max; targets uniform over the classes. */
+static void fill_host(tune_bufs *b, const xent_problem *p, uint64_t seed) {
+    uint64_t s = seed | 1;
+    size_t count = (size_t)p->n * (size_t)p->row_stride;
+    if (p->logits == XENT_F32) {
+        float *x = b->host_logits;
+        for (size_t i = 0; i < count; i++) x[i] = (float)uniform01(&s);
+    } else {
+        uint16_t *x = b->host_logits;
+        for (size_t i = 0; i < count; i++) {
+            float f = (float)uniform01(&s);
+            x[i] = p->logits == XENT_F16 ? xent_float_to_half(f) : xent_float_to_bf16(f);
+        }
+    }
+    for (int64_t i = 0; i < p->n; i++) {
+        int64_t t = (int64_t)(next_random(&s) % (uint64_t)p->c);
+        if (p->targets == XENT_I64) ((int64_t *)b->host_targets)[i] = t;
+        else ((int32_t *)b->host_targets)[i] = (int32_t)t;
+    }
+    if (b->host_weights)
+        for (int64_t j = 0; j < p->c; j++) b->host_weights[j] = (float)(0.25 + uniform01(&s));
+}
+
+static int alloc_host(tune_bufs *b, const xent_problem *p) {
+    b->logits_bytes = (size_t)p->n * (size_t)p->row_stride * (size_t)xent_dtype_size(p->logits);
+    b->targets_bytes = (size_t)p->n * (p->targets == XENT_I64 ? 8 : 4);
+    b->out_count = p->reduction == XENT_REDUCE_NONE ? (size_t)p->n : 1;
+    b->host_logits = malloc(b->logits_bytes);
+    b->host_targets = malloc(b->targets_bytes);
+    b->host_out = malloc(b->out_count * sizeof(float));
+    b->ref = malloc(b->out_count * sizeof(double));
+    if (p->has_weights) b->host_weights = malloc((size_t)p->c * sizeof(float));
+    return b->host_logits && b->host_targets && b->host_out && b->ref && (!p->has_weights || b->host_weights)
+               ? XENT_OK
+               : XENT_ENOMEM;
+}
+
+static int copies_for(const xent_context *ctx, size_t bytes) {
+    size_t want = L2_MULTIPLE * ctx->info.l2_bytes;
+    int n = (int)((want + bytes - 1) / bytes);
+    if (n < 2) n = 2;
+    if (n > MAX_COPIES) n = MAX_COPIES;
+    /* Never take more than half the card. */
+    while (n > 1 && (size_t)n * bytes > ctx->info.global_mem_bytes / 2) n--;
+    return n;
+}
+
+static int dev_alloc(xent_context *ctx, CUdeviceptr *p, size_t bytes, const void *host) {
+    CUresult r = ctx->drv->MemAlloc(p, bytes ? bytes : 16);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return xent_fail(ctx, XENT_ENOMEM, "tuner inputs: %zu bytes", bytes);
+    if (r == CUDA_SUCCESS && host) r = ctx->drv->MemcpyHtoD(*p, host, bytes);
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "tuner inputs", r);
+}
+
+int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tune_bufs *b) {
+    memset(b, 0, sizeof *b);
+    int rc = alloc_host(b, p);
+    if (rc) return xent_fail(ctx, rc, "tuner: host buffers for %lldx%lld", (long long)p->n, (long long)p->c);
+    fill_host(b, p, seed);
+    rc = xent_ref_forward(p, b->host_logits, b->host_targets, b->host_weights, b->ref, NULL, NULL);
+    if (rc) return xent_fail(ctx, rc, "tuner: reference failed");
+    b->ncopies = copies_for(ctx, b->logits_bytes + b->targets_bytes);
+    for (int i = 0; i < b->ncopies && !rc; i++)
+        if (!(rc = dev_alloc(ctx, &b->logits[i], b->logits_bytes, b->host_logits)))
+            rc = dev_alloc(ctx, &b->targets[i], b->targets_bytes, b->host_targets);
+    if (!rc) rc = dev_alloc(ctx, &b->loss, b->out_count * sizeof(float), NULL);
+    if (!rc && p->write_lse) rc = dev_alloc(ctx, &b->lse, (size_t)p->n * sizeof(float), NULL);
+    if (!rc && p->has_weights) rc = dev_alloc(ctx, &b->weights, (size_t)p->c * sizeof(float), b->host_weights);
+    return rc;
+}
+
+void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a) {
+    memset(a, 0, sizeof *a);
+    a->logits = (const void *)b->logits[copy];
+    a->targets = (const void *)b->targets[copy];
+    a->weights = (const float *)b->weights;
+    a->loss = (float *)b->loss;
+    a->lse = (float *)b->lse;
+}
+
+void tune_bufs_destroy(xent_context *ctx, tune_bufs *b) {
+    for (int i = 0; i < b->ncopies; i++) {
+        if (b->logits[i]) ctx->drv->MemFree(b->logits[i]);
+        if (b->targets[i]) ctx->drv->MemFree(b->targets[i]);
+    }
+    if (b->loss) ctx->drv->MemFree(b->loss);
+    if (b->lse) ctx->drv->MemFree(b->lse);
+    if (b->weights) ctx->drv->MemFree(b->weights);
+    free(b->host_logits);
+    free(b->host_targets);
+    free(b->host_weights);
+    free(b->host_out);
+    free(b->ref);
+    memset(b, 0, sizeof *b);
+}
+
+/* Relative error of the device result against the reference; NaN never
+ * passes unless the reference is NaN too. Vectors compare by norms. */
+double tune_bufs_error(const tune_bufs *b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < b->out_count; i++) {
+        double o = b->host_out[i], r = b->ref[i];
+        if (isnan(r) || isnan(o)) {
+            if (isnan(r) != isnan(o)) return INFINITY;
+            continue;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    if (num == 0.0) return 0.0;
+    return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
+}

@@ -1,0 +1,24 @@
+/* tune/bufs — inputs, reference and outputs of a tuning run. */
+#ifndef XENT_TUNE_BUFS_H
+#define XENT_TUNE_BUFS_H
+
+#include "runtime/runtime.h"
+
+typedef struct tune_bufs {
+    void *host_logits, *host_targets;
+    float *host_weights, *host_out;
+    double *ref;              /* float64 reference, out_count values */
+    size_t logits_bytes, targets_bytes, out_count;
+    int ncopies;              /* rotated device copies of logits and targets */
+    CUdeviceptr logits[64], targets[64];
+    CUdeviceptr weights, loss, lse;
+} tune_bufs;
+
+int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tune_bufs *b);
+void tune_bufs_destroy(xent_context *ctx, tune_bufs *b);
+/* Arguments of a launch on copy `copy`. */
+void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a);
+/* Error of host_out against ref (INFINITY when NaN disagrees). */
+double tune_bufs_error(const tune_bufs *b);
+
+#endif

@@ -1,0 +1,432 @@
+/* tune/tuner.c — the staged search: compile in parallel, check, time, store. */
+#include "tune/tune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "tune/bufs.h"
+
+/* A candidate slower than this multiple of the best is dropped after one repeat. */
+#define PRUNE_FACTOR 1.5
+/* Stage 2 widens the fastest few structures of stage 1. */
+#define STAGE2_STRUCTURES 6
+/* Each timed batch of back-to-back calls lasts at least this long. */
+#define BATCH_US 1000.0
+#define ERR_LIMIT 1e-5
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void xent_tune_opts_init(xent_tune_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->budget_s = 30.0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cpus > 0 ? (int)cpus : 1;
+    o->reps = 15;
+}
+
+double xent_problem_bytes(const xent_problem *p) {
+    double bytes = (double)p->n * (double)p->c * xent_dtype_size(p->logits);
+    bytes += (double)p->n * (p->targets == XENT_I64 ? 8 : 4);
+    bytes += p->reduction == XENT_REDUCE_NONE ? 4.0 * p->n : 4.0;
+    if (p->write_lse) bytes += 4.0 * p->n;
+    return bytes;
+}
+
+/* ---- parallel compilation ---- */
+
+typedef struct compile_job {
+    const xent_config *cfgs;
+    const xent_problem *p;
+    int n, arch;
+    int *status;
+    xent_cubin *bins;
+    char (*errs)[512];
+    pthread_mutex_t lock;
+    int next;
+} compile_job;
+
+static void *compile_worker(void *arg) {
+    compile_job *job = arg;
+    for (;;) {
+        pthread_mutex_lock(&job->lock);
+        int i = job->next++;
+        pthread_mutex_unlock(&job->lock);
+        if (i >= job->n) return NULL;
+        xent_cubin bin;
+        char err[512];
+        job->status[i] = xent_kernel_get(&job->cfgs[i], job->p, job->arch, &bin, err, sizeof err);
+        if (job->errs) snprintf(job->errs[i], sizeof job->errs[i], "%s", job->status[i] ? err : "");
+        if (job->bins) job->bins[i] = bin;
+        else xent_cubin_free(&bin);
+    }
+}
+
+void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *p, int arch, int threads,
+                       int *status, xent_cubin *bins, char (*errs)[512]) {
+    compile_job job = {cfgs, p, n, arch, status, bins, errs, PTHREAD_MUTEX_INITIALIZER, 0};
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    pthread_t tids[64];
+    int started = 0;
+    for (; started < threads && started < n; started++)
+        if (pthread_create(&tids[started], NULL, compile_worker, &job)) break;
+    if (!started) compile_worker(&job);
+    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    pthread_mutex_destroy(&job.lock);
+}
+
+/* ---- timing ---- */
+
+typedef struct timer {
+    xent_context *ctx;
+    CUevent start, stop;
+    const tune_bufs *bufs;
+    int reps;
+} timer;
+
+typedef int (*launch_fn)(void *arg, int copy);
+
+/* One batch of `count` back-to-back launches over rotating copies, in µs per call. */
+static int time_batch(timer *t, launch_fn fn, void *arg, int count, double *us) {
+    const xent_driver *d = t->ctx->drv;
+    CUresult r = d->EventRecord(t->start, NULL);
+    int rc = XENT_OK;
+    for (int i = 0; i < count && !rc && r == CUDA_SUCCESS; i++) rc = fn(arg, i % t->bufs->ncopies);
+    if (rc) return rc;
+    float ms = 0;
+    if (r == CUDA_SUCCESS) r = d->EventRecord(t->stop, NULL);
+    if (r == CUDA_SUCCESS) r = d->EventSynchronize(t->stop);
+    if (r == CUDA_SUCCESS) r = d->EventElapsedTime(&ms, t->start, t->stop);
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(t->ctx, "timing", r);
+    *us = ms * 1000.0 / count;
+    return XENT_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of t->reps batches; gives up after one when slower than `prune_us`. */
+static int time_median(timer *t, launch_fn fn, void *arg, double prune_us, double *us, int *pruned) {
+    double est;
+    int rc;
+    *pruned = 0;
+    if ((rc = time_batch(t, fn, arg, 2, &est))) return rc; /* warm-up and estimate */
+    int count = (int)ceil(BATCH_US / (est > 1.0 ? est : 1.0));
+    if (count < t->bufs->ncopies) count = t->bufs->ncopies;
+    if (count > 200) count = 200;
+    double samples[64];
+    int reps = t->reps < 64 ? t->reps : 64;
+    for (int i = 0; i < reps; i++) {
+        if ((rc = time_batch(t, fn, arg, count, &samples[i]))) return rc;
+        if (i == 0 && prune_us > 0 && samples[0] > prune_us) {
+            *us = samples[0];
+            *pruned = 1;
+            return XENT_OK;
+        }
+    }
+    qsort(samples, (size_t)reps, sizeof samples[0], cmp_double);
+    *us = samples[reps / 2];
+    return XENT_OK;
+}
+
+typedef struct plan_launch {
+    xent_plan *plan;
+    const tune_bufs *bufs;
+} plan_launch;
+
+static int launch_plan(void *arg, int copy) {
+    plan_launch *pl = arg;
+    xent_args a;
+    tune_bufs_args(pl->bufs, copy, &a);
+    return xent_plan_launch(pl->plan, NULL, &a);
+}
+
+typedef struct floor_launch {
+    xent_context *ctx;
+    CUfunction fn;
+    CUdeviceptr sink;
+    const tune_bufs *bufs;
+} floor_launch;
+
+static int launch_floor(void *arg, int copy) {
+    floor_launch *fl = arg;
+    long long na = (long long)(fl->bufs->logits_bytes / 16), nb = (long long)(fl->bufs->targets_bytes / 16);
+    CUdeviceptr a = fl->bufs->logits[copy], b = fl->bufs->targets[copy];
+    void *params[] = {&a, &na, &b, &nb, &fl->sink};
+    unsigned grid = (unsigned)fl->ctx->info.sm_count * 8;
+    CUresult r = fl->ctx->drv->LaunchKernel(fl->fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(fl->ctx, "cuLaunchKernel(read floor)", r);
+}
+
+/* The streaming read of the same bytes, timed by the same protocol. */
+static int time_floor(timer *t, double *us) {
+    xent_context *ctx = t->ctx;
+    xent_cubin bin;
+    char err[1024];
+    int rc = xent_nvrtc_compile(xent_template_read_floor, ctx->arch, &bin, err, sizeof err);
+    if (rc) return xent_fail(ctx, rc, "read floor: %s", err);
+    CUmodule mod;
+    floor_launch fl = {ctx, NULL, 0, t->bufs};
+    CUresult r = ctx->drv->ModuleLoadData(&mod, bin.data);
+    xent_cubin_free(&bin);
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData(read floor)", r);
+    r = ctx->drv->ModuleGetFunction(&fl.fn, mod, "xent_read_floor");
+    if (r == CUDA_SUCCESS) r = ctx->drv->MemAlloc(&fl.sink, 16);
+    int pruned;
+    rc = r == CUDA_SUCCESS ? time_median(t, launch_floor, &fl, 0, us, &pruned) : xent_fail_cuda(ctx, "read floor", r);
+    if (fl.sink) ctx->drv->MemFree(fl.sink);
+    ctx->drv->ModuleUnload(mod);
+    return rc;
+}
+
+/* ---- one candidate ---- */
+
+static int check_result(xent_context *ctx, xent_plan *plan, tune_bufs *b, double *err) {
+    const xent_driver *d = ctx->drv;
+    size_t bytes = b->out_count * sizeof(float);
+    CUresult r = d->MemsetD8(b->loss, 0xff, bytes); /* poison: NaN unless written */
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "poisoning the output", r);
+    plan_launch pl = {plan, b};
+    int rc = launch_plan(&pl, 0);
+    if (rc) return rc;
+    r = d->MemcpyDtoH(b->host_out, b->loss, bytes);
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "reading the result", r);
+    *err = tune_bufs_error(b);
+    return XENT_OK;
+}
+
+static void evaluate(timer *t, const xent_problem *p, xent_trial *trial, double best_us) {
+    xent_context *ctx = t->ctx;
+    xent_plan *plan = NULL;
+    trial->status = TRIAL_LAUNCH_ERROR;
+    if (xent_plan_build(ctx, p, &trial->config, XENT_SOURCE_EXPLICIT, &plan)) {
+        trial->status = TRIAL_COMPILE_ERROR;
+        snprintf(trial->reason, sizeof trial->reason, "%.150s", xent_errmsg(ctx));
+        return;
+    }
+    trial->registers = plan->registers;
+    tune_bufs *b = (tune_bufs *)t->bufs;
+    int pruned = 0;
+    if (check_result(ctx, plan, b, &trial->rel_err)) {
+        snprintf(trial->reason, sizeof trial->reason, "%.150s", xent_errmsg(ctx));
+    } else if (!(trial->rel_err <= ERR_LIMIT)) {
+        trial->status = TRIAL_WRONG;
+        snprintf(trial->reason, sizeof trial->reason, "relative error %.3g > %g", trial->rel_err, ERR_LIMIT);
+    } else {
+        plan_launch pl = {plan, b};
+        double prune = best_us > 0 ? best_us * PRUNE_FACTOR : 0;
+        if (time_median(t, launch_plan, &pl, prune, &trial->us, &pruned))
+            snprintf(trial->reason, sizeof trial->reason, "%.150s", xent_errmsg(ctx));
+        else
+            trial->status = pruned ? TRIAL_PRUNED : TRIAL_OK;
+        if (pruned) snprintf(trial->reason, sizeof trial->reason, "over %.1fx the best after one repeat", PRUNE_FACTOR);
+    }
+    trial->gbps = trial->us > 0 ? xent_problem_bytes(p) / (trial->us * 1e3) : 0;
+    xent_plan_destroy(plan);
+}
+
+/* ---- the search ---- */
+
+typedef struct search {
+    xent_context *ctx;
+    const xent_problem *p;
+    const xent_tune_opts *o;
+    timer t;
+    xent_trial *trials;
+    int ntrials, cap;
+    double best_us, t0;
+    int total;
+} search;
+
+static const char *status_name(trial_status s) {
+    static const char *names[] = {"ok", "compile-error", "wrong", "launch-error", "pruned", "spills"};
+    return names[s];
+}
+
+static int seen(const search *s, const xent_config *c) {
+    for (int i = 0; i < s->ntrials; i++)
+        if (!memcmp(&s->trials[i].config, c, sizeof *c)) return 1;
+    return 0;
+}
+
+static void record_trial(search *s, const xent_trial *tr) {
+    if (!s->o->db) return;
+    tc_key key;
+    char cfg[200];
+    xent_tc_key(s->ctx, s->p, &key);
+    xent_config_format(&tr->config, cfg, sizeof cfg);
+    tc_add_trial(s->o->db, &key, cfg, tr->us, tr->gbps, status_name(tr->status));
+}
+
+/* Compile a batch in parallel, then check and time each in turn. */
+static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage) {
+    int *status = calloc((size_t)n + 1, sizeof *status);
+    char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
+    if (!status || !errs) {
+        free(status);
+        free(errs);
+        return XENT_ENOMEM;
+    }
+    xent_compile_many(cfgs, n, s->p, s->ctx->arch, s->o->threads, status, NULL, errs);
+    for (int i = 0; i < n; i++) {
+        if (now_s() - s->t0 > s->o->budget_s && s->best_us > 0) break;
+        if (s->ntrials == s->cap) break;
+        xent_trial *tr = &s->trials[s->ntrials++];
+        memset(tr, 0, sizeof *tr);
+        tr->config = cfgs[i];
+        if (status[i]) {
+            tr->status = TRIAL_COMPILE_ERROR;
+            snprintf(tr->reason, sizeof tr->reason, "%.150s", errs[i]);
+        } else {
+            evaluate(&s->t, s->p, tr, s->best_us);
+        }
+        if (tr->status == TRIAL_OK && (s->best_us <= 0 || tr->us < s->best_us)) s->best_us = tr->us;
+        record_trial(s, tr);
+        if (s->o->progress) s->o->progress(s->o->progress_arg, s->ntrials, s->total, s->best_us, stage);
+    }
+    free(status);
+    free(errs);
+    return XENT_OK;
+}
+
+static int cmp_trial(const void *a, const void *b) {
+    const xent_trial *x = a, *y = b;
+    int xo = x->status == TRIAL_OK, yo = y->status == TRIAL_OK;
+    if (xo != yo) return yo - xo;
+    return (x->us > y->us) - (x->us < y->us);
+}
+
+static int same_structure(const xent_config *a, const xent_config *b) {
+    return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
+           a->split == b->split;
+}
+
+static int is_stage1(const xent_config *c) {
+    return c->cache == 0 && c->persist == 1 && (c->tpr > 32 || c->block == 128);
+}
+
+/* Stage 1: the structural knobs at default block, cache and persistence.
+ * Stage 2: every variant of the fastest few structures. */
+static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
+    int n = 0;
+    for (int i = 0; i < nall; i++)
+        if (is_stage1(&all[i]) && !seen(s, &all[i])) pick[n++] = all[i];
+    int rc = run_batch(s, pick, n, "structure");
+    if (rc) return rc;
+    qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
+    int top = s->ntrials < STAGE2_STRUCTURES ? s->ntrials : STAGE2_STRUCTURES;
+    n = 0;
+    for (int i = 0; i < nall; i++) {
+        int near_top = 0;
+        for (int k = 0; k < top && !near_top; k++)
+            near_top = s->trials[k].status == TRIAL_OK && same_structure(&all[i], &s->trials[k].config);
+        if (near_top && !seen(s, &all[i])) pick[n++] = all[i];
+    }
+    return run_batch(s, pick, n, "variants");
+}
+
+static void store_winner(search *s, const xent_tune_result *r) {
+    if (!s->o->db || r->best.status != TRIAL_OK) return;
+    tc_key key;
+    tc_entry e;
+    memset(&e, 0, sizeof e);
+    xent_tc_key(s->ctx, s->p, &key);
+    xent_config_format(&r->best.config, e.config, sizeof e.config);
+    e.us = r->best.us;
+    e.gbps = r->best.gbps;
+    e.when = (int64_t)time(NULL);
+    snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f",
+             s->o->settings ? s->o->settings : "", r->floor_us, r->heuristic.us);
+    tc_put(s->o->db, &key, &e);
+}
+
+static int search_all(search *s, xent_tune_result *r) {
+    xent_problem *p = (xent_problem *)s->p;
+    size_t nall = xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, NULL, 0);
+    xent_config *all = calloc(nall + 1, sizeof *all), *pick = calloc(nall + 1, sizeof *pick);
+    s->cap = (int)nall + 1;
+    s->trials = calloc((size_t)s->cap, sizeof *s->trials);
+    if (!all || !pick || !s->trials) {
+        free(all);
+        free(pick);
+        return XENT_ENOMEM;
+    }
+    xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, all, nall);
+    r->candidates = (int)nall;
+    s->total = (int)nall;
+    int rc = s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive") : staged(s, all, (int)nall, pick);
+    free(all);
+    free(pick);
+    return rc;
+}
+
+static void summarize(search *s, xent_tune_result *r) {
+    qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
+    r->trials = s->trials;
+    r->ntrials = s->ntrials;
+    for (int i = 0; i < s->ntrials; i++) {
+        if (s->trials[i].status == TRIAL_OK) r->timed++;
+        if (s->trials[i].status == TRIAL_WRONG || s->trials[i].status == TRIAL_COMPILE_ERROR) r->failed++;
+    }
+    if (s->ntrials && s->trials[0].status == TRIAL_OK) r->best = s->trials[0];
+    if (r->heuristic.status == TRIAL_OK && (r->best.status != TRIAL_OK || r->heuristic.us < r->best.us))
+        r->best = r->heuristic; /* the default stays when nothing beats it */
+}
+
+int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts *o, xent_tune_result *r) {
+    char why[256];
+    memset(r, 0, sizeof *r);
+    r->best.status = TRIAL_LAUNCH_ERROR;
+    if (!ctx || !p_in || !o) return xent_fail(ctx, XENT_EINVAL, "xent_tune: NULL argument");
+    if (xent_problem_check(p_in, why, sizeof why)) return xent_fail(ctx, XENT_EINVAL, "problem: %s", why);
+    xent_problem p;
+    xent_problem_normalize(p_in, &p);
+    search s = {.ctx = ctx, .p = &p, .o = o, .t0 = now_s()};
+    tune_bufs bufs;
+    int pushed, rc = xent_ctx_enter(ctx, &pushed);
+    if (rc) return rc;
+    rc = tune_bufs_create(ctx, &p, 0x5eed1234abcdull ^ (uint64_t)p.n * 31 ^ (uint64_t)p.c, &bufs);
+    s.t = (timer){ctx, NULL, NULL, &bufs, o->reps > 0 ? o->reps : 15};
+    CUresult cr = CUDA_SUCCESS;
+    if (!rc && ((cr = ctx->drv->EventCreate(&s.t.start, CU_EVENT_DEFAULT)) != CUDA_SUCCESS ||
+                (cr = ctx->drv->EventCreate(&s.t.stop, CU_EVENT_DEFAULT)) != CUDA_SUCCESS))
+        rc = xent_fail_cuda(ctx, "cuEventCreate", cr);
+    r->bytes = xent_problem_bytes(&p);
+    if (!rc) rc = time_floor(&s.t, &r->floor_us);
+    if (!rc) {
+        xent_config_heuristic(&p, ctx->info.sm_count, &r->heuristic.config);
+        evaluate(&s.t, &p, &r->heuristic, 0);
+        if (r->heuristic.status == TRIAL_OK) s.best_us = r->heuristic.us;
+        rc = search_all(&s, r);
+    }
+    if (!rc) {
+        summarize(&s, r);
+        store_winner(&s, r);
+    } else {
+        free(s.trials);
+    }
+    if (s.t.start) ctx->drv->EventDestroy(s.t.start);
+    if (s.t.stop) ctx->drv->EventDestroy(s.t.stop);
+    tune_bufs_destroy(ctx, &bufs);
+    xent_ctx_leave(ctx, pushed);
+    r->wall_s = now_s() - s.t0;
+    return rc;
+}
+
+void xent_tune_result_free(xent_tune_result *r) {
+    if (!r) return;
+    free(r->trials);
+    r->trials = NULL;
+    r->ntrials = 0;
+}

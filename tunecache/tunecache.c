@@ -1,0 +1,764 @@
+/*
+ * tunecache.c — the SQLite store of tuned kernel configurations (see tunecache.h).
+ *
+ * Every call prepares its statements afresh: lookups are memoized by the
+ * runtime and the tuner writes a few rows per second, so a statement cache
+ * would buy nothing and would make tc_foreach callbacks re-entrancy hazards.
+ */
+#include "tunecache.h"
+
+#include "xent.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TC_STR_(x) #x
+#define TC_STR(x) TC_STR_(x)
+
+struct tc_db {
+    sqlite3 *sql;
+    char *path;
+    char err[512];
+};
+
+#define KEY_COLS "gpu, arch, sm_count, family, logits, targets, reduction, options, " \
+                 "n, c, template_version"
+#define VAL_COLS "config, us, gbps, measured_at, settings"
+#define NKEY 11
+
+/* How long a writer waits for another process's lock before giving up. */
+#define TC_BUSY_MS 10000
+
+/* Parameters ?1..?11 follow KEY_COLS; nearest leaves ?9 (n) and ?10 (c) unused. */
+#define WHERE_FAMILY "gpu = ?1 AND arch = ?2 AND sm_count = ?3 AND family = ?4 AND " \
+                     "logits = ?5 AND targets = ?6 AND reduction = ?7 AND options = ?8 " \
+                     "AND template_version = ?11"
+#define WHERE_EXACT WHERE_FAMILY " AND n = ?9 AND c = ?10"
+#define ORDER_KEY " ORDER BY gpu, family, logits, targets, n, c, arch, sm_count, " \
+                  "reduction, options, template_version"
+
+#define KEY_DECL                                                                   \
+    "gpu TEXT NOT NULL, arch INTEGER NOT NULL, sm_count INTEGER NOT NULL, "        \
+    "family TEXT NOT NULL, logits INTEGER NOT NULL, targets INTEGER NOT NULL, "    \
+    "reduction INTEGER NOT NULL, options INTEGER NOT NULL, n INTEGER NOT NULL, "   \
+    "c INTEGER NOT NULL, template_version INTEGER NOT NULL"
+
+static const char SCHEMA_SQL[] =
+    "CREATE TABLE tune(" KEY_DECL ", "
+    "config TEXT NOT NULL, us REAL NOT NULL, gbps REAL NOT NULL, "
+    "measured_at INTEGER NOT NULL, settings TEXT NOT NULL DEFAULT '', "
+    "PRIMARY KEY(" KEY_COLS "));"
+    /* us/gbps may be NULL: a candidate that failed to compile was never timed. */
+    "CREATE TABLE trial(id INTEGER PRIMARY KEY, " KEY_DECL ", "
+    "config TEXT NOT NULL, us REAL, gbps REAL, status TEXT NOT NULL, "
+    "measured_at INTEGER NOT NULL);"
+    "CREATE INDEX trial_by_key ON trial(gpu, family, n, c);"
+    "PRAGMA user_version = " TC_STR(TC_SCHEMA_VERSION) ";";
+
+/* Selecting every column we use proves a file's tables are ours, not just named so. */
+static const char PROBE_TUNE[] = "SELECT " KEY_COLS ", " VAL_COLS " FROM tune LIMIT 0";
+static const char PROBE_TRIAL[] =
+    "SELECT id, " KEY_COLS ", config, us, gbps, status, measured_at FROM trial LIMIT 0";
+
+/* ---- errors ---------------------------------------------------------- */
+
+static int fail(tc_db *db, int rc, const char *fmt, ...)
+{
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    snprintf(db->err, sizeof db->err, "tune cache %s: %s", db->path, why);
+    return rc;
+}
+
+static int sqlfail(tc_db *db, const char *what)
+{
+    return fail(db, XENT_ECACHE, "%s: %s", what, sqlite3_errmsg(db->sql));
+}
+
+const char *tc_errmsg(const tc_db *db)
+{
+    return db ? db->err : "tune cache: no handle";
+}
+
+/* ---- small SQL helpers ----------------------------------------------- */
+
+static int prepare(tc_db *db, const char *sql, sqlite3_stmt **st)
+{
+    if (sqlite3_prepare_v2(db->sql, sql, -1, st, NULL) != SQLITE_OK)
+        return sqlfail(db, "prepare");
+    return XENT_OK;
+}
+
+static int exec(tc_db *db, const char *sql, const char *what)
+{
+    if (sqlite3_exec(db->sql, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return sqlfail(db, what);
+    return XENT_OK;
+}
+
+static int step_done(tc_db *db, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st) == SQLITE_DONE ? XENT_OK : sqlfail(db, what);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- opening ----------------------------------------------------------- */
+
+/* One statement, so one snapshot: read apart, a creator committing in
+ * between would show us tables without their user_version. This first read
+ * is where a damaged file shows, so its error is SQLite's reason alone
+ * ("file is not a database", "database disk image is malformed"). */
+static int inspect(tc_db *db, int64_t *version, int64_t *ntables)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = XENT_OK;
+    if (sqlite3_prepare_v2(db->sql, "SELECT (SELECT user_version FROM pragma_user_version),"
+                           " (SELECT count(*) FROM sqlite_master WHERE type = 'table')",
+                           -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        *version = sqlite3_column_int64(st, 0);
+        *ntables = sqlite3_column_int64(st, 1);
+    } else {
+        rc = fail(db, XENT_ECACHE, "%s", sqlite3_errmsg(db->sql));
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The check is repeated under the write lock because another process may
+ * have created the schema between our first look and BEGIN IMMEDIATE. */
+static int create_schema(tc_db *db)
+{
+    int64_t version = 0, ntables = 0;
+    int rc = exec(db, "BEGIN IMMEDIATE", "begin");
+    if (rc != XENT_OK)
+        return rc;
+    rc = inspect(db, &version, &ntables);
+    if (rc == XENT_OK && version == 0 && ntables == 0)
+        rc = exec(db, SCHEMA_SQL, "create schema");
+    if (rc == XENT_OK)
+        return exec(db, "COMMIT", "commit");
+    sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+/* WAL lets readers and one writer proceed together; synchronous=NORMAL in WAL
+ * cannot corrupt the file, it only risks the last commits on power loss,
+ * which for a cache of re-measurable numbers is the right trade. */
+static int use_wal(tc_db *db)
+{
+    /* Entering WAL needs an exclusive lock that SQLite does not wait for
+     * through the busy handler, so two processes opening a new file at once
+     * would fail here: wait by hand, as long as the busy timeout. */
+    for (int waited = 0;; waited += 5) {
+        int rc = sqlite3_exec(db->sql, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            break;
+        if ((rc & 0xff) != SQLITE_BUSY || waited >= TC_BUSY_MS)
+            return sqlfail(db, "set WAL mode");
+        sqlite3_sleep(5);
+    }
+    return exec(db, "PRAGMA synchronous = NORMAL", "set synchronous");
+}
+
+static int check_tables(tc_db *db)
+{
+    sqlite3_stmt *st;
+    const char *probes[] = { PROBE_TUNE, PROBE_TRIAL };
+    for (size_t i = 0; i < 2; i++) {
+        if (sqlite3_prepare_v2(db->sql, probes[i], -1, &st, NULL) != SQLITE_OK)
+            return fail(db, XENT_ECACHE, "not a tune cache (%s)", sqlite3_errmsg(db->sql));
+        sqlite3_finalize(st);
+    }
+    return XENT_OK;
+}
+
+static int setup(tc_db *db, int readonly)
+{
+    int64_t version = 0, ntables = 0;
+    sqlite3_busy_timeout(db->sql, TC_BUSY_MS);
+    int rc = inspect(db, &version, &ntables);
+    if (rc != XENT_OK)
+        return rc;
+    if (version > TC_SCHEMA_VERSION)
+        return fail(db, XENT_ECACHE, "schema version %lld is newer than this library's %d",
+                    (long long)version, TC_SCHEMA_VERSION);
+    if (version == 0 && ntables > 0)
+        return fail(db, XENT_ECACHE, "not a tune cache (user_version 0 and other tables)");
+    if (version == 0 && readonly)
+        return fail(db, XENT_ECACHE, "empty, and opened read-only");
+    if (!readonly && (rc = use_wal(db)) != XENT_OK)
+        return rc;
+    if (version == 0 && (rc = create_schema(db)) != XENT_OK)
+        return rc;
+    return check_tables(db);
+}
+
+static void copy_err(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+}
+
+int tc_open(const char *path, int readonly, tc_db **out, char *err, size_t errlen)
+{
+    copy_err(err, errlen, "");
+    if (!out || !path || !*path) {
+        copy_err(err, errlen, "tune cache: no path or no handle pointer");
+        return XENT_EINVAL;
+    }
+    *out = NULL;
+    tc_db *db = calloc(1, sizeof *db);
+    if (!db || !(db->path = strdup(path))) {
+        free(db);
+        copy_err(err, errlen, "tune cache: out of memory");
+        return XENT_ENOMEM;
+    }
+    int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+                | SQLITE_OPEN_FULLMUTEX;
+    int rc = sqlite3_open_v2(path, &db->sql, flags, NULL) == SQLITE_OK
+                 ? setup(db, readonly) : sqlfail(db, "cannot open");
+    if (rc != XENT_OK) {
+        copy_err(err, errlen, db->err);
+        tc_close(db);
+        return rc;
+    }
+    *out = db;
+    return XENT_OK;
+}
+
+void tc_close(tc_db *db)
+{
+    if (!db)
+        return;
+    sqlite3_close_v2(db->sql);
+    free(db->path);
+    free(db);
+}
+
+/* ---- keys and entries ------------------------------------------------ */
+
+static int terminated(const char *s, size_t cap)
+{
+    return memchr(s, '\0', cap) != NULL;
+}
+
+static int key_ok(tc_db *db, const tc_key *k)
+{
+    if (!k)
+        return fail(db, XENT_EINVAL, "no key");
+    if (!terminated(k->gpu, sizeof k->gpu) || !terminated(k->family, sizeof k->family))
+        return fail(db, XENT_EINVAL, "key gpu or family is not NUL-terminated");
+    return XENT_OK;
+}
+
+static void bind_key(sqlite3_stmt *st, const tc_key *k)
+{
+    sqlite3_bind_text(st, 1, k->gpu, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, k->arch);
+    sqlite3_bind_int(st, 3, k->sm_count);
+    sqlite3_bind_text(st, 4, k->family, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, k->logits);
+    sqlite3_bind_int(st, 6, k->targets);
+    sqlite3_bind_int(st, 7, k->reduction);
+    sqlite3_bind_int(st, 8, k->options);
+    sqlite3_bind_int64(st, 9, k->n);
+    sqlite3_bind_int64(st, 10, k->c);
+    sqlite3_bind_int(st, 11, k->template_version);
+}
+
+/* Truncating a config would silently change what kernel runs, so refuse. */
+static int column_text(tc_db *db, sqlite3_stmt *st, int col, char *dst, size_t cap)
+{
+    const unsigned char *s = sqlite3_column_text(st, col);
+    size_t len = s ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (len >= cap)
+        return fail(db, XENT_ECACHE, "stored %s is %zu bytes, more than %zu",
+                    sqlite3_column_name(st, col), len, cap - 1);
+    memcpy(dst, s ? (const char *)s : "", len);
+    dst[len] = '\0';
+    return XENT_OK;
+}
+
+/* Reads VAL_COLS starting at column col. */
+static int read_entry(tc_db *db, sqlite3_stmt *st, int col, tc_entry *e)
+{
+    int rc = column_text(db, st, col, e->config, sizeof e->config);
+    if (rc == XENT_OK)
+        rc = column_text(db, st, col + 4, e->settings, sizeof e->settings);
+    e->us = sqlite3_column_double(st, col + 1);
+    e->gbps = sqlite3_column_double(st, col + 2);
+    e->when = sqlite3_column_int64(st, col + 3);
+    return rc;
+}
+
+static int read_key(tc_db *db, sqlite3_stmt *st, tc_key *k)
+{
+    memset(k, 0, sizeof *k);
+    int rc = column_text(db, st, 0, k->gpu, sizeof k->gpu);
+    if (rc == XENT_OK)
+        rc = column_text(db, st, 3, k->family, sizeof k->family);
+    k->arch = sqlite3_column_int(st, 1);
+    k->sm_count = sqlite3_column_int(st, 2);
+    k->logits = sqlite3_column_int(st, 4);
+    k->targets = sqlite3_column_int(st, 5);
+    k->reduction = sqlite3_column_int(st, 6);
+    k->options = sqlite3_column_int(st, 7);
+    k->n = sqlite3_column_int64(st, 8);
+    k->c = sqlite3_column_int64(st, 9);
+    k->template_version = sqlite3_column_int(st, 10);
+    return rc;
+}
+
+/* ---- winners ------------------------------------------------------------ */
+
+int tc_put(tc_db *db, const tc_key *key, const tc_entry *e)
+{
+    if (!db)
+        return XENT_EINVAL;
+    int rc = key_ok(db, key);
+    if (rc != XENT_OK)
+        return rc;
+    if (!e || !terminated(e->config, sizeof e->config)
+        || !terminated(e->settings, sizeof e->settings))
+        return fail(db, XENT_EINVAL, "no entry, or its text is not NUL-terminated");
+    /* SQLite stores NaN as NULL and exports inf as unparsable text. */
+    if (!isfinite(e->us) || !isfinite(e->gbps))
+        return fail(db, XENT_EINVAL, "entry us or gbps is not finite");
+    sqlite3_stmt *st;
+    if ((rc = prepare(db, "INSERT OR REPLACE INTO tune(" KEY_COLS ", " VAL_COLS ") VALUES("
+                          "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                      &st)) != XENT_OK)
+        return rc;
+    bind_key(st, key);
+    sqlite3_bind_text(st, 12, e->config, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 13, e->us);
+    sqlite3_bind_double(st, 14, e->gbps);
+    sqlite3_bind_int64(st, 15, e->when);
+    sqlite3_bind_text(st, 16, e->settings, -1, SQLITE_STATIC);
+    return step_done(db, st, "put");
+}
+
+int tc_get(tc_db *db, const tc_key *key, tc_entry *e)
+{
+    if (!db)
+        return XENT_EINVAL;
+    int rc = key_ok(db, key);
+    if (rc != XENT_OK)
+        return rc;
+    if (!e)
+        return fail(db, XENT_EINVAL, "no entry to fill");
+    sqlite3_stmt *st;
+    if ((rc = prepare(db, "SELECT " VAL_COLS " FROM tune WHERE " WHERE_EXACT, &st)) != XENT_OK)
+        return rc;
+    bind_key(st, key);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW)
+        rc = read_entry(db, st, 0, e);
+    else if (s == SQLITE_DONE)
+        rc = fail(db, XENT_ENOTFOUND, "no entry for %s %s %lldx%lld", key->gpu, key->family,
+                  (long long)key->n, (long long)key->c);
+    else
+        rc = sqlfail(db, "get");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Ratios rather than differences of logs: an exact ratio tie (2000 vs 1000
+ * and 4000) then gives bit-equal distances, so the tie rule decides. */
+static double shape_dist(const tc_key *k, int64_t n, int64_t c)
+{
+    double dn = log((double)k->n / (double)n), dc = log((double)k->c / (double)c);
+    return dn * dn + dc * dc;
+}
+
+static int nearer(double d, int64_t n, int64_t c, double best, int64_t bn, int64_t bc)
+{
+    if (d != best)
+        return d < best;
+    return n != bn ? n < bn : c < bc;
+}
+
+int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int64_t *c_found)
+{
+    if (!db)
+        return XENT_EINVAL;
+    int rc = key_ok(db, key);
+    if (rc != XENT_OK)
+        return rc;
+    if (!e || key->n <= 0 || key->c <= 0)
+        return fail(db, XENT_EINVAL, "no entry to fill, or shape not positive");
+    sqlite3_stmt *st;
+    if ((rc = prepare(db, "SELECT n, c FROM tune WHERE " WHERE_FAMILY " AND n > 0 AND c > 0",
+                      &st)) != XENT_OK)
+        return rc;
+    bind_key(st, key);
+    int found = 0, s;
+    int64_t bn = 0, bc = 0;
+    double best = INFINITY;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t n = sqlite3_column_int64(st, 0), c = sqlite3_column_int64(st, 1);
+        double d = shape_dist(key, n, c);
+        if (!found || nearer(d, n, c, best, bn, bc)) {
+            found = 1, best = d, bn = n, bc = c;
+        }
+    }
+    sqlite3_finalize(st);
+    if (s != SQLITE_DONE)
+        return sqlfail(db, "nearest");
+    if (!found)
+        return fail(db, XENT_ENOTFOUND, "no tuned shape for %s %s", key->gpu, key->family);
+    tc_key exact = *key;
+    exact.n = bn, exact.c = bc;
+    if ((rc = tc_get(db, &exact, e)) != XENT_OK)
+        return rc;
+    if (n_found)
+        *n_found = bn;
+    if (c_found)
+        *c_found = bc;
+    return XENT_OK;
+}
+
+/* A store that errors is skipped so the other can still answer; the error is
+ * reported only when nothing was found, so the runtime falls back knowingly. */
+static int keep_err(int first, int rc)
+{
+    return first != XENT_ENOTFOUND ? first : rc == XENT_OK ? XENT_ENOTFOUND : rc;
+}
+
+static int lookup_nearest(tc_db *user, tc_db *shipped, const tc_key *key, tc_entry *e,
+                          int *err)
+{
+    tc_entry se;
+    int64_t un, uc, sn, sc;
+    int ur = user ? tc_nearest(user, key, e, &un, &uc) : XENT_ENOTFOUND;
+    int sr = shipped ? tc_nearest(shipped, key, &se, &sn, &sc) : XENT_ENOTFOUND;
+    *err = keep_err(keep_err(*err, ur), sr);
+    if (sr == XENT_OK && (ur != XENT_OK || shape_dist(key, sn, sc) < shape_dist(key, un, uc)))
+        *e = se;
+    return ur == XENT_OK || sr == XENT_OK;
+}
+
+int tc_lookup(tc_db *user, tc_db *shipped, const tc_key *key, tc_entry *e, int *from)
+{
+    int err = XENT_ENOTFOUND, rc = XENT_ENOTFOUND;
+    if (from)
+        *from = TC_FROM_NONE;
+    if (!key || !e)
+        return XENT_EINVAL;
+    if (user && (rc = tc_get(user, key, e)) == XENT_OK) {
+        if (from)
+            *from = TC_FROM_USER;
+        return XENT_OK;
+    }
+    if (user)
+        err = keep_err(err, rc);
+    if (shipped && (rc = tc_get(shipped, key, e)) == XENT_OK) {
+        if (from)
+            *from = TC_FROM_SHIPPED;
+        return XENT_OK;
+    }
+    if (shipped)
+        err = keep_err(err, rc);
+    if (key->n > 0 && key->c > 0 && lookup_nearest(user, shipped, key, e, &err)) {
+        if (from)
+            *from = TC_FROM_NEAREST;
+        return XENT_OK;
+    }
+    return err;
+}
+
+/* ---- trials ------------------------------------------------------------- */
+
+int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, double gbps,
+                 const char *status)
+{
+    if (!db)
+        return XENT_EINVAL;
+    int rc = key_ok(db, key);
+    if (rc != XENT_OK)
+        return rc;
+    if (!config || !status)
+        return fail(db, XENT_EINVAL, "trial needs a config and a status");
+    sqlite3_stmt *st;
+    if ((rc = prepare(db, "INSERT INTO trial(" KEY_COLS ", config, us, gbps, status, measured_at)"
+                          " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                          " ?12, ?13, ?14, ?15, ?16)", &st)) != XENT_OK)
+        return rc;
+    bind_key(st, key);
+    sqlite3_bind_text(st, 12, config, -1, SQLITE_STATIC);
+    /* An untimed candidate (NaN, inf) is stored as NULL, not as a number. */
+    if (isfinite(us))
+        sqlite3_bind_double(st, 13, us);
+    if (isfinite(gbps))
+        sqlite3_bind_double(st, 14, gbps);
+    sqlite3_bind_text(st, 15, status, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 16, (int64_t)time(NULL));
+    return step_done(db, st, "add trial");
+}
+
+/* ---- walking, export -------------------------------------------------- */
+
+static int select_all(tc_db *db, const char *gpu, sqlite3_stmt **st)
+{
+    int rc = prepare(db, "SELECT " KEY_COLS ", " VAL_COLS " FROM tune"
+                         " WHERE ?1 IS NULL OR gpu = ?1" ORDER_KEY, st);
+    if (rc == XENT_OK && gpu)
+        sqlite3_bind_text(*st, 1, gpu, -1, SQLITE_STATIC);
+    return rc;
+}
+
+int tc_foreach(tc_db *db, const char *gpu, tc_visit_fn fn, void *arg)
+{
+    if (!db)
+        return XENT_EINVAL;
+    if (!fn)
+        return fail(db, XENT_EINVAL, "no visit function");
+    sqlite3_stmt *st;
+    int rc = select_all(db, gpu, &st), s = SQLITE_DONE;
+    tc_key k;
+    tc_entry e;
+    while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        rc = read_key(db, st, &k);
+        if (rc == XENT_OK)
+            rc = read_entry(db, st, NKEY, &e);
+        if (rc == XENT_OK)
+            rc = fn(arg, &k, &e);
+    }
+    if (rc == XENT_OK && s != SQLITE_DONE)
+        rc = sqlfail(db, "foreach");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The shortest of %.15g..%.17g that reads back to the same bits: exact like
+ * %.17g, but a measured 118.253 stays "118.253" in a diffable export (SQLite's
+ * own printf stops at 16 digits, so C's is used). C's printf and strtod
+ * follow LC_NUMERIC alike, and SQL needs '.', so a comma is undone last. */
+static void fmt_double(char *buf, size_t cap, double v)
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    char *comma = strchr(buf, ',');
+    if (comma)
+        *comma = '.';
+}
+
+static char *insert_line(const tc_key *k, const tc_entry *e)
+{
+    char us[40], gbps[40];
+    fmt_double(us, sizeof us, e->us);
+    fmt_double(gbps, sizeof gbps, e->gbps);
+    return sqlite3_mprintf(
+        "INSERT OR REPLACE INTO tune(" KEY_COLS ", " VAL_COLS ") VALUES("
+        "%Q, %d, %d, %Q, %d, %d, %d, %d, %lld, %lld, %d, %Q, %s, %s, %lld, %Q);\n",
+        k->gpu, k->arch, k->sm_count, k->family, k->logits, k->targets, k->reduction,
+        k->options, (long long)k->n, (long long)k->c, k->template_version,
+        e->config, us, gbps, (long long)e->when, e->settings);
+}
+
+typedef struct export_ctx {
+    tc_db *db;
+    FILE *out;
+} export_ctx;
+
+static int export_row(void *arg, const tc_key *k, const tc_entry *e)
+{
+    export_ctx *x = arg;
+    char *line = insert_line(k, e);
+    if (!line)
+        return fail(x->db, XENT_ENOMEM, "export: out of memory");
+    int bad = fputs(line, x->out) == EOF;
+    sqlite3_free(line);
+    return bad ? fail(x->db, XENT_ECACHE, "export: write failed: %s", strerror(errno)) : XENT_OK;
+}
+
+int tc_export(tc_db *db, const char *gpu, FILE *out)
+{
+    if (!db)
+        return XENT_EINVAL;
+    if (!out)
+        return fail(db, XENT_EINVAL, "export: no output");
+    /* The gpu lands in a "--" comment line; a newline would end it early. */
+    if (gpu && strpbrk(gpu, "\r\n"))
+        return fail(db, XENT_EINVAL, "export: gpu name contains a line break");
+    if (fprintf(out, "-- xent tune cache export, schema %d, gpu %s\n", TC_SCHEMA_VERSION,
+                gpu ? gpu : "all") < 0)
+        return fail(db, XENT_ECACHE, "export: write failed: %s", strerror(errno));
+    export_ctx x = { db, out };
+    int rc = tc_foreach(db, gpu, export_row, &x);
+    if (rc == XENT_OK && fflush(out) != 0)
+        rc = fail(db, XENT_ECACHE, "export: write failed: %s", strerror(errno));
+    return rc;
+}
+
+/* ---- import -------------------------------------------------------------- */
+
+/* The import text is data from a file, so it may only add rows to main.tune.
+ * VACUUM and bare SELECTs raise no INSERT, hence the inserts count check. */
+static int import_auth(void *arg, int action, const char *a1, const char *a2,
+                       const char *dbname, const char *trigger)
+{
+    int *inserts = arg;
+    (void)a2, (void)trigger;
+    if (action == SQLITE_INSERT && a1 && strcmp(a1, "tune") == 0 && dbname
+        && strcmp(dbname, "main") == 0) {
+        ++*inserts;
+        return SQLITE_OK;
+    }
+    /* Multi-row VALUES is compiled as a SELECT; it reads no table on its own. */
+    return action == SQLITE_SELECT ? SQLITE_OK : SQLITE_DENY;
+}
+
+static int import_stmt(tc_db *db, const char **sql, int *index, int *rows, int *inserts)
+{
+    sqlite3_stmt *st;
+    *inserts = 0;
+    if (sqlite3_prepare_v2(db->sql, *sql, -1, &st, sql) != SQLITE_OK)
+        return fail(db, XENT_ECACHE, "import: statement %d: %s", *index + 1,
+                    sqlite3_errmsg(db->sql));
+    if (!st) /* only blanks or comments were left */
+        return XENT_OK;
+    ++*index;
+    int rc = XENT_OK, s = SQLITE_DONE;
+    if (*inserts == 0)
+        rc = fail(db, XENT_ECACHE, "import: statement %d: not an INSERT into tune", *index);
+    while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    if (rc == XENT_OK && s != SQLITE_DONE)
+        rc = fail(db, XENT_ECACHE, "import: statement %d: %s", *index, sqlite3_errmsg(db->sql));
+    else if (rc == XENT_OK)
+        *rows += sqlite3_changes(db->sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int import_all(tc_db *db, const char *sql, int *rows)
+{
+    int index = 0, inserts = 0, rc = XENT_OK;
+    sqlite3_set_authorizer(db->sql, import_auth, &inserts);
+    while (rc == XENT_OK && *sql)
+        rc = import_stmt(db, &sql, &index, rows, &inserts);
+    sqlite3_set_authorizer(db->sql, NULL, NULL);
+    return rc;
+}
+
+int tc_import(tc_db *db, const char *sql, int *rows)
+{
+    int count = 0;
+    if (rows)
+        *rows = 0;
+    if (!db)
+        return XENT_EINVAL;
+    if (!sql)
+        return fail(db, XENT_EINVAL, "import: no text");
+    int rc = exec(db, "BEGIN IMMEDIATE", "import: begin");
+    if (rc != XENT_OK)
+        return rc;
+    rc = import_all(db, sql, &count);
+    if (rc == XENT_OK)
+        rc = exec(db, "COMMIT", "import: commit");
+    if (rc != XENT_OK) {
+        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    if (rows)
+        *rows = count;
+    return XENT_OK;
+}
+
+static int read_file(tc_db *db, const char *path, char **text, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(db, XENT_ECACHE, "import: cannot open %s: %s", path, strerror(errno));
+    size_t len = 0, cap = 1 << 16, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger)
+                free(buf);
+            buf = bigger;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf)
+        return fail(db, XENT_ENOMEM, "import: out of memory reading %s", path);
+    if (bad) {
+        free(buf);
+        return fail(db, XENT_ECACHE, "import: cannot read %s", path);
+    }
+    buf[len] = '\0';
+    *text = buf;
+    *size = len;
+    return XENT_OK;
+}
+
+int tc_import_file(tc_db *db, const char *path, int *rows)
+{
+    if (rows)
+        *rows = 0;
+    if (!db)
+        return XENT_EINVAL;
+    if (!path)
+        return fail(db, XENT_EINVAL, "import: no path");
+    char *text = NULL;
+    size_t size = 0;
+    int rc = read_file(db, path, &text, &size);
+    if (rc != XENT_OK)
+        return rc;
+    /* A NUL byte would silently cut the text short, importing half a file. */
+    if (strlen(text) != size)
+        rc = fail(db, XENT_ECACHE, "import: %s contains a NUL byte", path);
+    else
+        rc = tc_import(db, text, rows);
+    free(text);
+    return rc;
+}
+
+/* ---- user path ----------------------------------------------------------- */
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+int tc_user_path(char *buf, size_t len)
+{
+    const char *v;
+    int n;
+    if (!buf || len == 0)
+        return XENT_EINVAL;
+    /* The XDG spec says a relative XDG_CACHE_HOME is invalid and to ignore it. */
+    const char *xdg = env("XDG_CACHE_HOME");
+    if (xdg && xdg[0] != '/')
+        xdg = NULL;
+    if ((v = env("XENT_TUNECACHE")))
+        n = snprintf(buf, len, "%s", v);
+    else if (xdg)
+        n = snprintf(buf, len, "%s/xent/tune.db", xdg);
+    else if ((v = env("HOME")))
+        n = snprintf(buf, len, "%s/.cache/xent/tune.db", v);
+    else
+        n = -1;
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = '\0';
+        return XENT_EINVAL;
+    }
+    return XENT_OK;
+}
