@@ -29,6 +29,7 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
 /* Per-thread register budget for the logits of one chunk (bytes). */
 #define MAX_CHUNK_BYTES 512
+#define REGS_PER_SM 65536
 /* Block sizes the space offers to teams within a warp. */
 #define MIN_WARP_TEAM_BLOCK 128
 #define MAX_WARP_TEAM_BLOCK 512
@@ -47,6 +48,14 @@ static int in_list(const xent_knob *k, int v) {
     for (int i = 0; i < k->nvalues; i++)
         if (k->values[i] == v) return 1;
     return 0;
+}
+
+/* Registers a thread may hold as chunk data, leaving the rest for addresses
+ * and sums (measured: 32 words spill at 64 registers, 16 do not). */
+static int chunk_words_limit(int block) {
+    int cap = REGS_PER_SM / block;
+    if (cap > 255) cap = 255;
+    return cap >= 255 ? 128 : cap / 4;
 }
 
 static int refuse(char *why, size_t len, const char *reason) {
@@ -69,6 +78,9 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
     if (cfg->items * vbytes > MAX_CHUNK_BYTES)
         return refuse(why, len, "ITEMS * VEC * element size exceeds 512 bytes of registers");
+    /* The chunk may take about half of what __launch_bounds__(BLOCK) leaves a thread. */
+    if (cfg->items * vbytes / 4 > chunk_words_limit(cfg->block))
+        return refuse(why, len, "the chunk needs more than half the registers a thread of this BLOCK has");
     return 1;
 }
 
@@ -212,7 +224,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     }
     cfg->tpr = 1024;
     cfg->block = 1024;
-    cfg->items = 8;
+    cfg->items = 4; /* 64 registers a thread at 1024 threads */
     cfg->passes = 1;
     if (p->n < 2L * sm_count) {
         while (cfg->split < 128 && p->n * cfg->split * 2 <= 4L * sm_count &&
@@ -221,6 +233,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     } else if (nv <= 32L * 256) {
         cfg->tpr = 256; /* several rows per SM keep more loads in flight */
         cfg->block = 256;
+        cfg->items = 8;
     }
 }
 

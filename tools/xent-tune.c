@@ -126,7 +126,8 @@ static int read_shapes_file(cli *o, const char *path) {
     int rc = 0;
     while (!rc && fgets(line, sizeof line, f)) {
         char *s = line + strspn(line, " \t");
-        if (*s == '#' || *s == '\n' || *s == '\r' || !*s) continue;
+        s[strcspn(s, "\r\n")] = 0; /* the message quotes the shape, not its line break */
+        if (*s == '#' || !*s) continue;
         rc = add_shape(o, s);
     }
     fclose(f);
@@ -236,7 +237,19 @@ static int parse_args(cli *o, int argc, char **argv) {
                    XENT_VERSION % 100, XENT_TEMPLATE_VERSION);
             exit(0);
         }
-        if (opt == '?') return bad_usage("unknown option '%s'", argv[optind - 1]);
+        if (opt == '?') {
+            /* optopt is set for a short option (argv[optind - 1] may be the element before
+             * its group) and for a long one given a value it does not take ("--lse=1"). */
+            const char *a = argv[optind - 1], *eq = strchr(a, '=');
+            int long_val = 0;
+            for (const struct option *l = longs; optopt && eq && !strncmp(a, "--", 2) && l->name; l++)
+                long_val |= l->val == optopt && !strncmp(l->name, a + 2, (size_t)(eq - a - 2));
+            if (optopt && !long_val) {
+                char name[3] = {'-', (char)optopt, 0};
+                return bad_usage("unknown option '%s'", name);
+            }
+            return bad_usage("unknown option '%s'", a);
+        }
         if (opt == ':') return bad_usage("option '%s' needs a value", argv[optind - 1]);
         if ((rc = parse_option(o, opt, optarg))) return rc;
     }
@@ -412,7 +425,9 @@ static int cmd_compile_only(const cli *o) {
         xent_cubin *bins = calloc((size_t)n + 1, sizeof *bins);
         char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
         if (!status || !bins || !errs) return 1;
-        xent_compile_many(cfgs, n, &p, o->arch, o->jobs, status, bins, errs);
+        xent_tune_opts defaults;
+        xent_tune_opts_init(&defaults); /* --jobs defaults to the CPUs, as for a tune */
+        xent_compile_many(cfgs, n, &p, o->arch, o->jobs ? o->jobs : defaults.threads, status, bins, errs);
         printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
                "stack", "smem", "config");
         for (int k = 0; k < n; k++) {

@@ -420,21 +420,35 @@ def main():
             print("  ... %d/%d cases, %d failed, max err %.2e (%.0f s)"
                   % (i + 1, len(all_cases), failed, max_err, time.time() - t0), flush=True)
 
-    # the plan used for the reference case, for the record
+    # the plan API (what bench/bench.py times): plan + launcher must equal forward bit for bit
     try:
-        lg = torch.empty(32768, 4096, device=DEV)
-        tg = torch.empty(32768, dtype=torch.int64, device=DEV)
+        lg = torch.rand(32768, 4096, generator=gen, device=DEV)
+        tg = torch.randint(0, 4096, (32768,), generator=gen, device=DEV)
         p = xe.plan(lg, tg)
-        print("plan for 32768x4096 fp32 mean: source %s, %s" % (p.source_name, p.describe()), flush=True)
-        del lg, tg
+        print("plan for 32768x4096 fp32 mean: source %s, workspace %d B, config %s"
+              % (p.source_name, p.workspace_size, p.describe()), flush=True)
+        out = torch.full((), float("nan"), device=DEV)
+        go = p.launcher(lg, tg, out)
+        go()
+        go()
+        fw = xe.forward(lg, tg)
+        torch.cuda.synchronize()
+        e = rel_err(out, F.cross_entropy(lg.double(), tg), 0.0)
+        ok = bits_equal(out, fw) and e <= args.tol
+        print("  plan.launcher vs forward: %s (%r vs %r, err %.2e)" % ("ok" if ok else "FAIL", float(out), float(fw), e),
+              flush=True)
+        del lg, tg, go
     except Exception as e:  # noqa: BLE001
-        print("plan for 32768x4096: %s" % e)
+        ok = False
+        print("  plan.launcher vs forward: FAIL %s: %s" % (type(e).__name__, e), flush=True)
+    records.append({"case": {"name": "plan.launcher == forward"}, "ok": ok, "err": 0.0, "notes": []})
+    failed += 0 if ok else 1
 
     bad = bad_target_checks(xe, gen, args.verbose)
     bad_failed = sum(1 for _, ok, _ in bad if not ok)
     print("bad targets: %d checks, %d failed" % (len(bad), bad_failed), flush=True)
 
-    ncases = len(all_cases) + len(bad)
+    ncases = len(records) + len(bad)
     nfailed = failed + bad_failed
     print("torch same-dtype max rel err vs float64 (for scale): %.3g" % max_torch)
     print("time %.1f s" % (time.time() - t0))

@@ -1,0 +1,218 @@
+/* check_compile — NVRTC compiles configurations to sm_90 CUBINs with no GPU;
+ * the ptxas report shows no spills; the kernel cache works in memory and on
+ * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
+ * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
+ * fp16 and bf16 config, and the heuristic's config for the benchmark shapes. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "tune/tune.h"
+
+#define ARCH 90
+
+static int cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void compile_and_check(const xent_config *cfgs, int n, const xent_problem *p) {
+    int *status = calloc((size_t)n, sizeof *status);
+    xent_cubin *bins = calloc((size_t)n, sizeof *bins);
+    char(*errs)[512] = calloc((size_t)n, sizeof *errs);
+    ck_assert(status && bins && errs);
+    xent_compile_many(cfgs, n, p, ARCH, cpus(), status, bins, errs);
+    for (int i = 0; i < n; i++) {
+        char cfg[200];
+        xent_config_format(&cfgs[i], cfg, sizeof cfg);
+        ck_assert_msg(status[i] == XENT_OK, "%s: %s", cfg, errs[i]);
+        ck_assert_msg(bins[i].size > 1000, "%s: CUBIN of %zu bytes", cfg, bins[i].size);
+        ck_assert_msg(bins[i].registers > 0, "%s: no ptxas report", cfg);
+        ck_assert_msg(bins[i].spill_bytes == 0, "%s: %d bytes spilled (%d registers)", cfg, bins[i].spill_bytes,
+                      bins[i].registers);
+        ck_assert_msg(bins[i].stack_bytes == 0, "%s: %d bytes stack frame", cfg, bins[i].stack_bytes);
+        xent_cubin_free(&bins[i]);
+    }
+    free(status);
+    free(bins);
+    free(errs);
+}
+
+static void compile_space(xent_dtype d, int every) {
+    if (getenv("XENT_COMPILE_ALL")) every = 1;
+    size_t n = xent_space_enumerate(d, NULL, 132, NULL, 0);
+    xent_config *all = calloc(n, sizeof *all), *pick = calloc(n, sizeof *pick);
+    ck_assert(all && pick);
+    xent_space_enumerate(d, NULL, 132, all, n);
+    int k = 0;
+    for (size_t i = 0; i < n; i += (size_t)every) pick[k++] = all[i];
+    xent_problem p;
+    xent_problem_init(&p, 1000, 1000);
+    p.logits = d;
+    /* vary the problem defines across the sample too */
+    for (int part = 0; part < 4; part++) {
+        int lo = k * part / 4, hi = k * (part + 1) / 4;
+        p.reduction = (xent_reduction)(part % 3);
+        p.has_weights = part == 1 || part == 3;
+        p.label_smoothing = part >= 2 ? 0.1f : 0.0f;
+        p.write_lse = part == 3;
+        p.targets = part % 2 ? XENT_I32 : XENT_I64;
+        compile_and_check(pick + lo, hi - lo, &p);
+    }
+    fprintf(stderr, "compiled %d of %zu configs for dtype %d\n", k, n, (int)d);
+    free(all);
+    free(pick);
+}
+
+START_TEST(sample_f32) { compile_space(XENT_F32, 24); }
+END_TEST
+START_TEST(sample_f16) { compile_space(XENT_F16, 48); }
+END_TEST
+START_TEST(sample_bf16) { compile_space(XENT_BF16, 48); }
+END_TEST
+
+START_TEST(heuristic_configs_compile) {
+    const long long shapes[][2] = {{32768, 4096}, {4096, 32000}, {8192, 128256}, {16384, 50257},
+                                   {64, 262144}, {1048576, 10}, {1, 1}, {3, 7}};
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            xent_problem p;
+            xent_config c;
+            xent_problem_init(&p, shapes[i][0], shapes[i][1]);
+            p.logits = (xent_dtype)d;
+            xent_config_heuristic(&p, 132, &c);
+            compile_and_check(&c, 1, &p);
+        }
+}
+END_TEST
+
+START_TEST(compile_error_keeps_the_log) {
+    xent_cubin bin;
+    char err[4096];
+    int rc = xent_nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing = 1; }", ARCH, &bin, err,
+                                sizeof err);
+    ck_assert_int_eq(rc, XENT_ECOMPILE);
+    ck_assert_ptr_null(bin.data);
+    ck_assert_ptr_nonnull(strstr(err, "undeclared_thing"));
+    ck_assert_ptr_nonnull(strstr(err, "NVRTC compile"));
+}
+END_TEST
+
+START_TEST(ptxas_report_parses) {
+    xent_cubin c;
+    memset(&c, 0, sizeof c);
+    xent_parse_ptxas("ptxas info    : Compiling entry function 'xent_fwd' for 'sm_90'\n"
+                     "ptxas info    : Function properties for xent_fwd\n"
+                     "    24 bytes stack frame, 52 bytes spill stores, 48 bytes spill loads\n"
+                     "ptxas info    : Used 168 registers, used 1 barriers, 513 bytes smem\n",
+                     &c);
+    ck_assert_int_eq(c.registers, 168);
+    ck_assert_int_eq(c.stack_bytes, 24);
+    ck_assert_int_eq(c.spill_bytes, 100);
+    ck_assert_int_eq(c.smem_bytes, 513);
+}
+END_TEST
+
+START_TEST(nvrtc_version_known) { ck_assert_int_ge(xent_nvrtc_version(), 1200); }
+END_TEST
+
+static xent_problem small_problem(void) {
+    xent_problem p;
+    xent_problem_init(&p, 100, 333);
+    return p;
+}
+
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1};
+
+START_TEST(kernel_cache_memory_and_disk) {
+    char dir[] = "/tmp/xent_kc_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XENT_KERNEL_CACHE", dir, 1);
+    xent_problem p = small_problem();
+    char err[2048];
+    pid_t pid = fork();
+    if (pid == 0) { /* a first process compiles and writes the disk entry */
+        xent_cubin b;
+        _exit(xent_kernel_get(&small_cfg, &p, ARCH, &b, err, sizeof err) == XENT_OK && b.from_cache == 0 ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    xent_cubin a, b;
+    ck_assert_int_eq(xent_kernel_get(&small_cfg, &p, ARCH, &a, err, sizeof err), XENT_OK);
+    ck_assert_int_eq(a.from_cache, 2); /* this process: from disk */
+    ck_assert_int_eq(xent_kernel_get(&small_cfg, &p, ARCH, &b, err, sizeof err), XENT_OK);
+    ck_assert_int_eq(b.from_cache, 1); /* then from memory */
+    ck_assert_uint_eq(a.size, b.size);
+    ck_assert_mem_eq(a.data, b.data, a.size);
+    ck_assert_int_eq(a.registers, b.registers);
+    xent_cubin_free(&a);
+    xent_cubin_free(&b);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(kernel_cache_rejects_a_tampered_entry) {
+    char dir[] = "/tmp/xent_kc_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XENT_KERNEL_CACHE", dir, 1);
+    xent_problem p = small_problem();
+    p.c = 334; /* a key no other test compiled in this process */
+    char err[2048], cmd[512];
+    pid_t pid = fork();
+    if (pid == 0) {
+        xent_cubin b;
+        _exit(xent_kernel_get(&small_cfg, &p, ARCH, &b, err, sizeof err) == XENT_OK ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* flip a byte inside the stored key: the entry must not be used */
+    snprintf(cmd, sizeof cmd, "f=$(ls %s/*.cubin) && printf 'Z' | dd of=$f bs=1 seek=40 conv=notrunc 2>/dev/null", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    xent_cubin a;
+    ck_assert_int_eq(xent_kernel_get(&small_cfg, &p, ARCH, &a, err, sizeof err), XENT_OK);
+    ck_assert_int_eq(a.from_cache, 0);
+    xent_cubin_free(&a);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(kernel_cache_can_be_off) {
+    setenv("XENT_KERNEL_CACHE", "off", 1);
+    char dir[64];
+    ck_assert_int_eq(xent_kernel_cache_dir(dir, sizeof dir), 0);
+    setenv("XENT_KERNEL_CACHE", "/some/where", 1);
+    ck_assert_int_eq(xent_kernel_cache_dir(dir, sizeof dir), 1);
+    ck_assert_str_eq(dir, "/some/where");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("compile");
+    TCase *tc = tcase_create("nvrtc");
+    tcase_set_timeout(tc, getenv("XENT_COMPILE_ALL") ? 7200 : 900);
+    tcase_add_test(tc, compile_error_keeps_the_log);
+    tcase_add_test(tc, ptxas_report_parses);
+    tcase_add_test(tc, nvrtc_version_known);
+    tcase_add_test(tc, kernel_cache_memory_and_disk);
+    tcase_add_test(tc, kernel_cache_rejects_a_tampered_entry);
+    tcase_add_test(tc, kernel_cache_can_be_off);
+    tcase_add_test(tc, heuristic_configs_compile);
+    tcase_add_test(tc, sample_f32);
+    tcase_add_test(tc, sample_f16);
+    tcase_add_test(tc, sample_bf16);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,195 @@
+/* check_space — the config space table, constraints, text form, heuristic,
+ * and rendering of every configuration in the space. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen/gen.h"
+
+static const xent_dtype dtypes[] = {XENT_F32, XENT_F16, XENT_BF16};
+
+static xent_config *enumerate_all(xent_dtype d, const xent_problem *p, size_t *n) {
+    *n = xent_space_enumerate(d, p, 132, NULL, 0);
+    xent_config *all = calloc(*n + 1, sizeof *all);
+    ck_assert_ptr_nonnull(all);
+    ck_assert_uint_eq(xent_space_enumerate(d, p, 132, all, *n), *n);
+    return all;
+}
+
+START_TEST(knob_table_is_consistent) {
+    ck_assert_int_ge(xent_nknobs, 8);
+    for (int i = 0; i < xent_nknobs; i++) {
+        const xent_knob *k = &xent_knobs[i];
+        ck_assert_ptr_nonnull(k->name);
+        ck_assert_ptr_nonnull(k->meaning);
+        ck_assert_int_gt(k->nvalues, 0);
+        ck_assert_uint_lt(k->offset + sizeof(int), sizeof(xent_config) + 1);
+        for (int j = 1; j < k->nvalues; j++) ck_assert_int_lt(k->values[j - 1], k->values[j]);
+        /* the template reads every rendered knob through an #ifndef default */
+        if (k->stage == KNOB_RENDER) {
+            char guard[64];
+            snprintf(guard, sizeof guard, "#ifndef XENT_%s", k->name);
+            ck_assert_msg(strstr(xent_template_xent_fwd, guard), "template lacks %s", guard);
+        }
+    }
+}
+END_TEST
+
+START_TEST(every_config_renders) {
+    for (int di = 0; di < 3; di++) {
+        size_t n;
+        xent_config *all = enumerate_all(dtypes[di], NULL, &n);
+        ck_assert_uint_gt(n, 100);
+        xent_problem p;
+        xent_problem_init(&p, 7, 33);
+        p.logits = dtypes[di];
+        for (size_t i = 0; i < n; i++) {
+            ck_assert(xent_config_legal(&all[i], dtypes[di], NULL, 0));
+            char *src = xent_render(&all[i], &p);
+            ck_assert_ptr_nonnull(src);
+            char want[64];
+            snprintf(want, sizeof want, "#define XENT_VEC %d\n", all[i].vec);
+            ck_assert_ptr_nonnull(strstr(src, want));
+            snprintf(want, sizeof want, "#define XENT_TPR %d\n", all[i].tpr);
+            ck_assert_ptr_nonnull(strstr(src, want));
+            snprintf(want, sizeof want, "#define XENT_LOGIT %d\n", (int)dtypes[di]);
+            ck_assert_ptr_nonnull(strstr(src, want));
+            ck_assert_ptr_nonnull(strstr(src, "xent_fwd("));
+            free(src);
+        }
+        free(all);
+    }
+}
+END_TEST
+
+START_TEST(text_round_trip) {
+    size_t n;
+    xent_config *all = enumerate_all(XENT_BF16, NULL, &n);
+    for (size_t i = 0; i < n; i++) {
+        char text[200], why[128];
+        xent_config back;
+        ck_assert_int_eq(xent_config_format(&all[i], text, sizeof text), XENT_OK);
+        ck_assert_int_eq(xent_config_parse(text, &back, why, sizeof why), XENT_OK);
+        ck_assert_mem_eq(&back, &all[i], sizeof back);
+    }
+    free(all);
+}
+END_TEST
+
+START_TEST(parse_rejects_bad_text) {
+    xent_config c;
+    char why[128];
+    const char *bad[] = {
+        "VEC=4",                                                                 /* knobs missing */
+        "VEC=3 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* illegal value */
+        "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 FOO=1", /* unknown */
+        "VEC=4 VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", /* twice */
+        "VEC4 TPR=32",                                                           /* no '=' */
+        "VEC=x TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* not a number */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = 0;
+        ck_assert_int_eq(xent_config_parse(bad[i], &c, why, sizeof why), XENT_EINVAL);
+        ck_assert_msg(why[0], "no reason for '%s'", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(constraints_hold) {
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1};
+    char why[160];
+    ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
+    c.vec = 8; /* 32 bytes per load */
+    ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
+    ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
+    c.vec = 1; /* a 2-byte load is not offered */
+    ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1}; /* team wider than a warp needs BLOCK == TPR */
+    ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
+    c.block = 64;
+    ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1}; /* 128 words of chunk at 128 registers a thread */
+    ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "registers"));
+}
+END_TEST
+
+START_TEST(heuristic_is_legal_and_covers_rows) {
+    const long long shapes[][2] = {{1, 1}, {1, 2}, {3, 7}, {1048576, 10}, {32768, 4096}, {4096, 32000},
+                                   {64, 262144}, {8192, 128256}, {16384, 50257}, {2, 1000000}};
+    for (int di = 0; di < 3; di++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            xent_problem p;
+            xent_config c;
+            char why[160];
+            xent_problem_init(&p, shapes[i][0], shapes[i][1]);
+            p.logits = dtypes[di];
+            xent_config_heuristic(&p, 132, &c);
+            ck_assert_msg(xent_config_legal(&c, p.logits, why, sizeof why), "%lldx%lld: %s", shapes[i][0],
+                          shapes[i][1], why);
+            ck_assert_int_ge(p.n * c.split, 1);
+        }
+}
+END_TEST
+
+START_TEST(relevant_candidates_are_a_legal_subset) {
+    const long long shapes[][2] = {{32768, 4096}, {64, 262144}, {1048576, 10}, {1, 1}, {16384, 50257}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        xent_problem p;
+        xent_problem_init(&p, shapes[i][0], shapes[i][1]);
+        size_t n, nfull;
+        xent_config *rel = enumerate_all(XENT_F32, &p, &n);
+        free(enumerate_all(XENT_F32, NULL, &nfull));
+        ck_assert_uint_gt(n, 0);
+        for (size_t k = 0; k < n; k++) ck_assert(xent_config_legal(&rel[k], XENT_F32, NULL, 0));
+        /* few rows: splitting must be among the candidates */
+        int any_split = 0;
+        for (size_t k = 0; k < n; k++) any_split |= rel[k].split > 1;
+        ck_assert_int_eq(any_split, p.n < 2 * 132 && p.c > 4096);
+        free(rel);
+    }
+}
+END_TEST
+
+START_TEST(defines_follow_the_problem) {
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1};
+    xent_problem p;
+    xent_problem_init(&p, 10, 100);
+    p.has_weights = 1;
+    p.label_smoothing = 0.1f;
+    p.write_lse = 1;
+    p.reduction = XENT_REDUCE_SUM;
+    p.targets = XENT_I32;
+    char *d = xent_render_defines(&c, &p);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_WEIGHTS 1\n"));
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_SMOOTHING 1\n"));
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_LSE 1\n"));
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_REDUCTION 1\n"));
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_TARGET 0\n"));
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_PASSES 2\n"));
+    ck_assert_ptr_null(strstr(d, "XENT_SPLIT")); /* launch knobs are not compiled in */
+    free(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("space");
+    TCase *tc = tcase_create("space");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, knob_table_is_consistent);
+    tcase_add_test(tc, every_config_renders);
+    tcase_add_test(tc, text_round_trip);
+    tcase_add_test(tc, parse_rejects_bad_text);
+    tcase_add_test(tc, constraints_hold);
+    tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
+    tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
+    tcase_add_test(tc, defines_follow_the_problem);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,1472 @@
+/*
+ * check_gpu.c — the GPU suite of xent (issue 2, "Tests"): every result of the
+ * library against the float64 CPU reference (tune/reference.c), on a machine
+ * with an NVIDIA GPU. Run by `make test-gpu`; without a GPU it says why and
+ * exits with status 1 (never a pass).
+ *
+ * What is checked (each "check" is one problem: fresh random inputs, a plan,
+ * one or more launches, every output element compared):
+ *   - 36 shapes: n = 1, c = 1, c = 2, c = 50257, 64x262144, 1048576x10,
+ *     32768x4096, 8192x128256 (bf16), padded rows (row_stride > c, the padding
+ *     filled with NaN on the device so a read of it shows), row starts that are
+ *     not 16-byte aligned (odd strides, a logits pointer offset by elements),
+ *     c not a multiple of any vector width, and one problem spanning more than
+ *     2^31 elements (64-bit indexing); each shape runs none, sum and mean with
+ *     rotating dtype pairs and options;
+ *   - the matrix: every dtype pair (f32/f16/bf16 x i32/i64) x every reduction
+ *     x {plain, weights, smoothing, weights+smoothing, ignore_index inside
+ *     [0, c) with ignored rows, write_lse} on three shapes;
+ *   - ignore_index (random ignored rows; -100, -1, a value inside [0, c), a
+ *     huge one) and all rows ignored (mean NaN, sum 0, none all 0);
+ *   - large logit offsets (+-100, +-1000) with and without smoothing;
+ *   - bad targets (c, -5, huge): NaN losses, xent_check_targets gives
+ *     XENT_EBADTARGET once, then XENT_OK, and the same context keeps working;
+ *   - determinism: repeated launches of one plan on the same inputs are bitwise
+ *     equal (every check launches twice; the determinism case 5 times, on
+ *     split and persistent configs);
+ *   - the memo (xent_plan_get twice gives the same plan, also from threads);
+ *   - every configuration of the space (xent_space_enumerate(d, NULL, ...) for
+ *     each dtype), compiled in parallel, each run on two small random problems
+ *     (c in {1, 7, 100, 1000, 5000}, padded/unaligned rows, random split and
+ *     persist) against the reference;
+ *   - the time of the heuristic plan at 32768x4096 fp32 mean (CUDA events).
+ *
+ * Tolerances (stated once, used everywhere): TOL = 1e-5.
+ *   sum, mean:       |out - ref| / |ref| <= TOL (xent_rel_err; NaN only matches NaN)
+ *   none and lse:    norm-wise ||out - ref|| / ||ref|| <= TOL (xent_rel_err_vec), and
+ *                    each element |out_i - ref_i| <= TOL * max(|ref_i|, |lse_i|, 1):
+ *                    a row loss is lse_i - x_t, so its rounding error scales with
+ *                    |lse_i| (the condition number), not with the (possibly tiny) loss;
+ *                    ignored rows must be exactly 0, bad-target rows NaN.
+ *   16-bit logits:   the reference reads the same 16-bit values upcast, same TOL.
+ *   Output buffers are filled with 0xFF bytes (NaN) before every launch, and 64
+ *   guard floats after each output must still hold 0xFFFFFFFF afterwards.
+ *
+ * Environment: XENT_TEST_SEED (repeat a run's inputs; the seed is printed),
+ * XENT_TEST_DEVICE (ordinal, default 0), XENT_TEST_JOBS (compile threads,
+ * default the CPU count), XENT_TEST_SWEEP_EVERY (debugging only: run every
+ * k-th config of the space; default 1 = all), and Check's CK_RUN_CASE,
+ * CK_FORK, CK_TIMEOUT_MULTIPLIER. Kernels go through the library's caches
+ * (XENT_KERNEL_CACHE), so a second run compiles nothing.
+ *
+ * Build alone: gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -pthread -Iinclude -I.
+ *   -I/usr/local/cuda/include tests/gpu/check_gpu.c build/libxent.a
+ *   -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lrt -L/usr/local/cuda/lib64
+ *   -lnvrtc -lsqlite3 -ldl -lpthread -lm -o build/tests/gpu/check_gpu
+ */
+#include <check.h>
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "gen/space.h"
+#include "runtime/runtime.h"
+#include "tune/reference.h"
+#include "xent.h"
+
+#define TOL 1e-5
+#define GUARD 64            /* poisoned floats after each output buffer */
+#define POISON 0xFFFFFFFFu  /* a NaN */
+
+/* ------------------------------------------------------------------------ */
+/* Shared state: tests run in forked children, the summary is printed by    */
+/* the parent, so the counters live in a MAP_SHARED page.                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stats {
+    uint64_t seed;
+    uint64_t seq;                 /* checks drawn so far: one seed each */
+    long checks, failed;          /* all checks */
+    long shape_checks, matrix_checks;
+    int shapes_run;
+    double maxerr[3];             /* per logits dtype: scalar or norm-wise rel err */
+    double maxelem[3];            /* per logits dtype: worst per-element err / bound scale */
+    long cfg_total, cfg_run, cfg_failed, cfg_compile_failed;
+    double sweep_compile_s, sweep_run_s;
+    int timed;
+    double t_b2b_us, t_single_us;
+    char tdesc[512];
+} stats;
+
+static stats *S;
+
+static struct {
+    xent_context *ctx;
+    const xent_driver *drv;
+    int pushed;
+    CUstream stream;      /* a non-blocking stream; checks alternate it with NULL */
+    int ordinal;
+} G;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *cu_err(CUresult r) {
+    const char *s = NULL;
+    if (G.drv && G.drv->GetErrorName) G.drv->GetErrorName(r, &s);
+    return s ? s : "?";
+}
+
+#define CU(call)                                                                          \
+    do {                                                                                  \
+        CUresult r_ = (call);                                                             \
+        ck_assert_msg(r_ == CUDA_SUCCESS, "%s failed: %s (%d)", #call, cu_err(r_), (int)r_); \
+    } while (0)
+
+static int ncpus(void) {
+    const char *e = getenv("XENT_TEST_JOBS");
+    long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 64) n = 64;
+    return (int)n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: splitmix64 streams, one per row, so inputs do not depend */
+/* on the number of generator threads.                                      */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t mix64(uint64_t a, uint64_t b) {
+    uint64_t s = a ^ (b * 0xd1342543de82ef95ull + 0x2545f4914f6cdd1dull);
+    splitmix(&s);
+    return splitmix(&s);
+}
+
+static inline double urand(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+
+static inline double nrand(uint64_t *s) {
+    double u1 = 1.0 - urand(s), u2 = urand(s);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static inline uint64_t rand_below(uint64_t *s, uint64_t n) { return n ? splitmix(s) % n : 0; }
+
+/* ------------------------------------------------------------------------ */
+/* One check: its description, inputs, reference, launches and comparison. */
+/* ------------------------------------------------------------------------ */
+
+enum dist { DIST_NORMAL, DIST_UNIFORM, DIST_PEAKY };
+
+typedef struct spec {
+    const char *label;      /* the test it belongs to */
+    int64_t n, c, stride;   /* stride 0: c */
+    int off;                /* logits pointer offset in elements (unaligned rows) */
+    xent_dtype dt;
+    xent_index it;
+    xent_reduction red;
+    int64_t ignore_index;
+    double p_ignore;        /* probability that a row's target is ignore_index */
+    float smoothing;
+    int weights, lse;
+    int dist;
+    float scale, offset, jitter; /* x = offset + jitter * N(row) + scale * N */
+    int use_stream;         /* launch on G.stream instead of the legacy stream */
+    int own_ws;             /* pass a caller workspace (and check it is left zeroed) */
+    int repeat;             /* extra launches that must be bitwise equal */
+    int bad;                /* rows given a bad target (c, -5, huge) */
+    const xent_config *cfg; /* explicit config (xent_plan_build) or NULL (xent_plan_get) */
+    int quiet;              /* don't print per-failure detail beyond the first lines */
+} spec;
+
+static void spec_init(spec *sp, const char *label, int64_t n, int64_t c) {
+    memset(sp, 0, sizeof *sp);
+    sp->label = label;
+    sp->n = n;
+    sp->c = c;
+    sp->dt = XENT_F32;
+    sp->it = XENT_I64;
+    sp->red = XENT_REDUCE_MEAN;
+    sp->ignore_index = -100;
+    sp->dist = DIST_NORMAL;
+    sp->scale = 1.0f;
+    sp->repeat = 1;
+}
+
+static const char *dt_name(xent_dtype d) { return d == XENT_F32 ? "f32" : d == XENT_F16 ? "f16" : "bf16"; }
+static const char *it_name(xent_index i) { return i == XENT_I32 ? "i32" : "i64"; }
+static const char *red_name(xent_reduction r) {
+    return r == XENT_REDUCE_NONE ? "none" : r == XENT_REDUCE_SUM ? "sum" : "mean";
+}
+
+static void spec_describe(const spec *sp, uint64_t seed, char *buf, size_t len) {
+    snprintf(buf, len,
+             "[%s] %" PRId64 "x%" PRId64 " stride=%" PRId64 " off=%d %s/%s %s w=%d ls=%g lse=%d "
+             "ignore=%" PRId64 " p_ign=%g bad=%d dist=%d scale=%g offset=%g jitter=%g stream=%d ws=%d seed=%016" PRIx64,
+             sp->label, sp->n, sp->c, sp->stride ? sp->stride : sp->c, sp->off, dt_name(sp->dt), it_name(sp->it),
+             red_name(sp->red), sp->weights, (double)sp->smoothing, sp->lse, sp->ignore_index, sp->p_ignore,
+             sp->bad, sp->dist, (double)sp->scale, (double)sp->offset, (double)sp->jitter, sp->use_stream,
+             sp->own_ws, seed);
+}
+
+static void spec_problem(const spec *sp, xent_problem *p) {
+    xent_problem_init(p, sp->n, sp->c);
+    p->row_stride = sp->stride ? sp->stride : sp->c;
+    p->logits = sp->dt;
+    p->targets = sp->it;
+    p->reduction = sp->red;
+    p->ignore_index = sp->ignore_index;
+    p->label_smoothing = sp->smoothing;
+    p->has_weights = sp->weights;
+    p->write_lse = sp->lse;
+}
+
+/* --- parallel logits generation ---------------------------------------- */
+
+typedef struct gen_part {
+    const spec *sp;
+    void *logits;            /* compact n x c */
+    const int64_t *targets;
+    uint64_t seed;
+    int64_t r0, r1;
+} gen_part;
+
+static inline void store(void *base, xent_dtype dt, int64_t k, float v) {
+    if (dt == XENT_F32) ((float *)base)[k] = v;
+    else if (dt == XENT_F16) ((uint16_t *)base)[k] = xent_float_to_half(v);
+    else ((uint16_t *)base)[k] = xent_float_to_bf16(v);
+}
+
+static void *gen_rows(void *arg) {
+    gen_part *g = arg;
+    const spec *sp = g->sp;
+    const int64_t c = sp->c;
+    for (int64_t i = g->r0; i < g->r1; i++) {
+        uint64_t s = mix64(g->seed, (uint64_t)i);
+        int64_t k0 = i * c;
+        if (sp->dist == DIST_UNIFORM) { /* torch.rand, as KernelBench's problem 95 */
+            for (int64_t j = 0; j < c; j++) store(g->logits, sp->dt, k0 + j, (float)urand(&s));
+            continue;
+        }
+        double off = sp->offset + sp->jitter * nrand(&s);
+        int64_t peak = -1;
+        double boost = 0.0;
+        if (sp->dist == DIST_PEAKY) { /* one dominant class, half the time the target: tiny losses */
+            int64_t t = g->targets[i];
+            peak = (urand(&s) < 0.5 && t >= 0 && t < c) ? t : (int64_t)rand_below(&s, (uint64_t)c);
+            boost = 5.0 + 10.0 * urand(&s);
+        }
+        for (int64_t j = 0; j < c; j++) {
+            double v = off + sp->scale * nrand(&s);
+            if (j == peak) v += boost;
+            store(g->logits, sp->dt, k0 + j, (float)v);
+        }
+    }
+    return NULL;
+}
+
+static void gen_logits(const spec *sp, void *logits, const int64_t *targets, uint64_t seed) {
+    int64_t work = sp->n * sp->c;
+    int nt = (int)(work / (1 << 20)) + 1;
+    if (nt > ncpus()) nt = ncpus();
+    if (nt > sp->n) nt = (int)sp->n;
+    gen_part parts[64];
+    pthread_t tid[64];
+    int started[64] = {0};
+    for (int k = 0; k < nt; k++) {
+        parts[k] = (gen_part){sp, logits, targets, seed, sp->n * k / nt, sp->n * (k + 1) / nt};
+        if (k > 0) started[k] = pthread_create(&tid[k], NULL, gen_rows, &parts[k]) == 0;
+    }
+    gen_rows(&parts[0]);
+    for (int k = 1; k < nt; k++) {
+        if (started[k]) pthread_join(tid[k], NULL);
+        else gen_rows(&parts[k]);
+    }
+}
+
+/* --- comparisons ---------------------------------------------------------- */
+
+/* An element against its reference with bound TOL * scale; NaN only matches NaN. */
+static int elem_ok(float a, double b, double scale, double *norm_err) {
+    if (isnan(b) || isnan(a)) {
+        *norm_err = (isnan(a) && isnan(b)) ? 0.0 : INFINITY;
+        return isnan(a) && isnan(b);
+    }
+    if (isinf(b) || isinf(a)) {
+        *norm_err = (double)a == b ? 0.0 : INFINITY;
+        return (double)a == b;
+    }
+    *norm_err = fabs((double)a - b) / scale;
+    return fabs((double)a - b) <= TOL * scale;
+}
+
+static int guard_ok(const float *g) {
+    for (int k = 0; k < GUARD; k++) {
+        uint32_t u;
+        memcpy(&u, &g[k], 4);
+        if (u != POISON) return 0;
+    }
+    return 1;
+}
+
+static void note_err(xent_dtype dt, double rel, double elem) {
+    if (!(rel <= S->maxerr[dt])) S->maxerr[dt] = rel;   /* NaN/inf propagate */
+    if (!(elem <= S->maxelem[dt])) S->maxelem[dt] = elem;
+}
+
+/* Compare one launch's outputs; prints what is wrong; returns 1 when all is right. */
+static int compare(const spec *sp, const char *desc, const char *plan_desc, const int64_t *t64,
+                   const float *out, const float *lse, const double *ref, const double *ref_lse) {
+    const int64_t n = sp->n;
+    int ok = 1, shown = 0;
+    const int maxshow = sp->quiet ? 2 : 8;
+    double worst_elem = 0.0, rel = 0.0;
+#define COMPLAIN(...)                                                                 \
+    do {                                                                              \
+        if (ok) fprintf(stderr, "FAIL %s\n     plan: %s\n", desc, plan_desc);         \
+        ok = 0;                                                                       \
+        if (shown++ < maxshow) fprintf(stderr, "     " __VA_ARGS__);                  \
+    } while (0)
+    int64_t nout = sp->red == XENT_REDUCE_NONE ? n : 1;
+    if (!guard_ok(out + nout)) COMPLAIN("loss: a guard float after the output was overwritten\n");
+    if (sp->red == XENT_REDUCE_NONE) {
+        for (int64_t i = 0; i < n; i++) {
+            double e;
+            if (t64[i] == sp->ignore_index) {
+                if (!(out[i] == 0.0f)) COMPLAIN("row %" PRId64 ": ignored row has loss %.9g, not 0\n", i, (double)out[i]);
+                continue;
+            }
+            double scale = fmax(fmax(fabs(ref[i]), isfinite(ref_lse[i]) ? fabs(ref_lse[i]) : 0.0), 1.0);
+            if (!elem_ok(out[i], ref[i], scale, &e))
+                COMPLAIN("row %" PRId64 ": loss %.9g, reference %.12g (target %" PRId64 ", lse %.9g)\n", i,
+                         (double)out[i], ref[i], t64[i], ref_lse[i]);
+            if (!(e <= worst_elem)) worst_elem = e;
+        }
+        rel = xent_rel_err_vec(out, ref, n);
+        if (!(rel <= TOL)) COMPLAIN("loss: norm-wise relative error %.3e > %.0e\n", rel, TOL);
+    } else {
+        rel = xent_rel_err((double)out[0], ref[0]);
+        if (!(rel <= TOL))
+            COMPLAIN("%s: %.9g, reference %.12g, relative error %.3e\n", red_name(sp->red), (double)out[0], ref[0], rel);
+    }
+    if (sp->lse) {
+        if (!guard_ok(lse + n)) COMPLAIN("lse: a guard float after the output was overwritten\n");
+        for (int64_t i = 0; i < n; i++) {
+            double e;
+            if (!elem_ok(lse[i], ref_lse[i], fmax(fabs(ref_lse[i]), 1.0), &e))
+                COMPLAIN("row %" PRId64 ": lse %.9g, reference %.12g\n", i, (double)lse[i], ref_lse[i]);
+            if (!(e <= worst_elem)) worst_elem = e;
+        }
+        double r2 = xent_rel_err_vec(lse, ref_lse, n);
+        if (!(r2 <= TOL)) COMPLAIN("lse: norm-wise relative error %.3e > %.0e\n", r2, TOL);
+        if (!(r2 <= rel)) rel = r2;
+    }
+    note_err(sp->dt, rel, worst_elem);
+    if (!ok && shown > maxshow) fprintf(stderr, "     ... %d problems in all\n", shown);
+#undef COMPLAIN
+    return ok;
+}
+
+/* --- device helpers ---------------------------------------------------------- */
+
+static CUdeviceptr dalloc(size_t bytes) {
+    CUdeviceptr p = 0;
+    CU(G.drv->MemAlloc(&p, bytes ? bytes : 4));
+    return p;
+}
+
+static void dfree(CUdeviceptr p) {
+    if (p) G.drv->MemFree(p);
+}
+
+/* Logits onto the device at row_stride, the pointer offset by sp->off
+ * elements; everything that is not a logit (padding, the offset) is NaN. */
+static CUdeviceptr upload_logits(const spec *sp, const void *host, size_t *bytes_out) {
+    const int64_t n = sp->n, c = sp->c, stride = sp->stride ? sp->stride : c;
+    const size_t es = (size_t)xent_dtype_size(sp->dt);
+    const size_t elems = (size_t)sp->off + (size_t)(n - 1) * (size_t)stride + (size_t)c;
+    const size_t bytes = elems * es;
+    CUdeviceptr d = dalloc(bytes);
+    *bytes_out = bytes;
+    CUdeviceptr d0 = d + (CUdeviceptr)((size_t)sp->off * es);
+    if (stride == c) {
+        if (sp->off) CU(G.drv->MemsetD8(d, 0xFF, bytes));
+        CU(G.drv->MemcpyHtoD(d0, host, (size_t)n * (size_t)c * es));
+        return d;
+    }
+    CU(G.drv->MemsetD8(d, 0xFF, bytes));
+    size_t span = (size_t)(n - 1) * (size_t)stride * es + (size_t)c * es;
+    unsigned char *stage = span <= ((size_t)512 << 20) ? malloc(span) : NULL;
+    if (stage) { /* one copy of a strided, NaN-padded host image */
+        memset(stage, 0xFF, span);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(stage + (size_t)i * (size_t)stride * es, (const unsigned char *)host + (size_t)i * (size_t)c * es,
+                   (size_t)c * es);
+        CU(G.drv->MemcpyHtoD(d0, stage, span));
+        free(stage);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            CU(G.drv->MemcpyHtoD(d0 + (CUdeviceptr)((size_t)i * (size_t)stride * es),
+                                 (const unsigned char *)host + (size_t)i * (size_t)c * es, (size_t)c * es));
+    }
+    return d;
+}
+
+/* The counters the kernel must leave zeroed: the last-block ticket and, for
+ * split rows, the per-row arrival counts (template header, "Workspace"). */
+static int workspace_zeroed(const xent_plan *plan, CUdeviceptr ws, char *why, size_t len) {
+    uint32_t ticket = 1;
+    CU(G.drv->MemcpyDtoH(&ticket, ws, 4));
+    if (ticket) {
+        snprintf(why, len, "workspace ticket is %u after the launch, not 0", ticket);
+        return 0;
+    }
+    if (plan->config.split > 1) {
+        const int64_t n = plan->problem.n;
+        int32_t *arr = malloc((size_t)n * 4);
+        ck_assert_ptr_nonnull(arr);
+        CU(G.drv->MemcpyDtoH(arr, ws + 16 + 16 * (CUdeviceptr)plan->grid, (size_t)n * 4));
+        for (int64_t i = 0; i < n; i++)
+            if (arr[i]) {
+                snprintf(why, len, "workspace arrival count of row %" PRId64 " is %d after the launch", i, arr[i]);
+                free(arr);
+                return 0;
+            }
+        free(arr);
+    }
+    return 1;
+}
+
+/* Run one check; returns 1 when it passed. Counted in S. */
+static int run_check(const spec *sp) {
+    const int64_t n = sp->n, c = sp->c;
+    const uint64_t seed = mix64(S->seed, ++S->seq);
+    char desc[768], plan_desc[512] = "(no plan)", why[256];
+    spec_describe(sp, seed, desc, sizeof desc);
+    S->checks++;
+
+    xent_problem p;
+    spec_problem(sp, &p);
+    ck_assert_msg(xent_problem_check(&p, why, sizeof why) == XENT_OK, "%s: bad problem: %s", desc, why);
+
+    /* host inputs */
+    const size_t es = (size_t)xent_dtype_size(sp->dt);
+    const int64_t nout = sp->red == XENT_REDUCE_NONE ? n : 1;
+    int64_t *t64 = malloc((size_t)n * sizeof *t64);
+    void *tgt = malloc((size_t)n * (sp->it == XENT_I64 ? 8 : 4));
+    void *logits = malloc((size_t)n * (size_t)c * es);
+    float *w = sp->weights ? malloc((size_t)c * sizeof *w) : NULL;
+    double *ref = malloc((size_t)nout * sizeof *ref), *ref_lse = malloc((size_t)n * sizeof *ref_lse);
+    float *out[2], *lse[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        out[k] = malloc((size_t)(nout + GUARD) * sizeof(float));
+        if (sp->lse) lse[k] = malloc((size_t)(n + GUARD) * sizeof(float));
+        ck_assert(out[k] && (!sp->lse || lse[k]));
+    }
+    ck_assert_msg(t64 && tgt && logits && (!sp->weights || w) && ref && ref_lse, "%s: host memory", desc);
+
+    uint64_t s = mix64(seed, 0x7a76e7);
+    for (int64_t i = 0; i < n; i++)
+        t64[i] = urand(&s) < sp->p_ignore ? sp->ignore_index : (int64_t)rand_below(&s, (uint64_t)c);
+    for (int k = 0; k < sp->bad && k < n; k++) { /* distinct rows, spread out */
+        int64_t i = (int64_t)(((uint64_t)k * (uint64_t)n) / (uint64_t)sp->bad) + (int64_t)rand_below(&s, (uint64_t)(n / sp->bad));
+        if (i >= n) i = n - 1;
+        const int64_t huge = sp->it == XENT_I32 ? INT32_MAX : (int64_t)1 << 40;
+        const int64_t cand[3] = {c, -5, k % 2 ? huge : -huge};
+        int64_t v = cand[k % 3];
+        if (v == sp->ignore_index) v = c + 1;
+        t64[i] = v;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (sp->it == XENT_I64) ((int64_t *)tgt)[i] = t64[i];
+        else ((int32_t *)tgt)[i] = (int32_t)t64[i];
+    }
+    if (w)
+        for (int64_t j = 0; j < c; j++) w[j] = urand(&s) < 0.05 ? 0.0f : (float)(0.1 + 1.9 * urand(&s));
+    gen_logits(sp, logits, t64, seed);
+
+    /* the float64 reference, on the same (16-bit) values, compact rows */
+    xent_problem pc = p;
+    pc.row_stride = c;
+    int64_t bad_rows = -1;
+    int rc = xent_ref_forward(&pc, logits, tgt, w, ref, ref_lse, &bad_rows);
+    ck_assert_msg(rc == XENT_OK, "%s: xent_ref_forward: %s", desc, xent_errstr(rc));
+    int64_t want_bad = 0;
+    for (int64_t i = 0; i < n; i++) want_bad += t64[i] != sp->ignore_index && (t64[i] < 0 || t64[i] >= c);
+    ck_assert_msg(bad_rows == want_bad, "%s: reference counted %" PRId64 " bad rows, %" PRId64 " were made", desc,
+                  bad_rows, want_bad);
+
+    int pass = 1;
+    xent_plan *plan = NULL;
+    CUdeviceptr dlog = 0, dtgt = 0, dw = 0, dloss = 0, dlse = 0, dws = 0;
+    size_t logit_bytes = 0;
+    CUstream st = sp->use_stream ? G.stream : NULL;
+
+    rc = sp->cfg ? xent_plan_build(G.ctx, &p, sp->cfg, XENT_SOURCE_EXPLICIT, &plan) : xent_plan_get(G.ctx, &p, &plan);
+    if (rc != XENT_OK) {
+        fprintf(stderr, "FAIL %s\n     plan: %s: %s\n", desc, xent_errstr(rc), xent_errmsg(G.ctx));
+        pass = 0;
+        goto done;
+    }
+    xent_plan_describe(plan, plan_desc, sizeof plan_desc);
+
+    dlog = upload_logits(sp, logits, &logit_bytes);
+    dtgt = dalloc((size_t)n * (sp->it == XENT_I64 ? 8 : 4));
+    CU(G.drv->MemcpyHtoD(dtgt, tgt, (size_t)n * (sp->it == XENT_I64 ? 8 : 4)));
+    if (w) {
+        dw = dalloc((size_t)c * 4);
+        CU(G.drv->MemcpyHtoD(dw, w, (size_t)c * 4));
+    }
+    dloss = dalloc((size_t)(nout + GUARD) * 4);
+    if (sp->lse) dlse = dalloc((size_t)(n + GUARD) * 4);
+    if (sp->own_ws) {
+        size_t wsb = xent_workspace_size(plan);
+        ck_assert_msg(wsb >= 16, "%s: workspace size %zu", desc, wsb);
+        dws = dalloc(wsb);
+        CU(G.drv->MemsetD8(dws, 0, wsb));
+    }
+    /* Synchronous copies and memsets may still be in flight on the legacy
+     * stream, which a non-blocking stream does not wait for. */
+    CU(G.drv->StreamSynchronize(NULL));
+
+    xent_args a;
+    memset(&a, 0, sizeof a);
+    a.logits = (const void *)(uintptr_t)(dlog + (CUdeviceptr)((size_t)sp->off * es));
+    a.targets = (const void *)(uintptr_t)dtgt;
+    a.weights = (const float *)(uintptr_t)dw;
+    a.loss = (float *)(uintptr_t)dloss;
+    a.lse = (float *)(uintptr_t)dlse;
+    a.workspace = (void *)(uintptr_t)dws;
+
+    const int want_rc = want_bad ? XENT_EBADTARGET : XENT_OK;
+    for (int k = 0; k <= sp->repeat && pass; k++) {
+        const int slot = k ? 1 : 0;
+        CU(G.drv->MemsetD8Async(dloss, 0xFF, (size_t)(nout + GUARD) * 4, st));
+        if (dlse) CU(G.drv->MemsetD8Async(dlse, 0xFF, (size_t)(n + GUARD) * 4, st));
+        /* explicit configs launch their plan; the others go through xent_forward (the memo) */
+        rc = sp->cfg ? xent_plan_launch(plan, st, &a) : xent_forward(G.ctx, &p, &a, st);
+        if (rc != XENT_OK) {
+            fprintf(stderr, "FAIL %s\n     plan: %s\n     launch %d: %s: %s\n", desc, plan_desc, k, xent_errstr(rc),
+                    xent_errmsg(G.ctx));
+            pass = 0;
+            break;
+        }
+        rc = xent_check_targets(G.ctx, st);
+        if (rc != want_rc) {
+            fprintf(stderr, "FAIL %s\n     plan: %s\n     launch %d: xent_check_targets gave %s (%s), expected %s\n",
+                    desc, plan_desc, k, xent_errstr(rc), xent_errmsg(G.ctx), xent_errstr(want_rc));
+            pass = 0;
+            break;
+        }
+        if (want_bad && (rc = xent_check_targets(G.ctx, st)) != XENT_OK) { /* the flag is cleared */
+            fprintf(stderr, "FAIL %s\n     plan: %s\n     a second xent_check_targets gave %s, not OK\n", desc,
+                    plan_desc, xent_errstr(rc));
+            pass = 0;
+            break;
+        }
+        CU(G.drv->MemcpyDtoH(out[slot], dloss, (size_t)(nout + GUARD) * 4));
+        if (dlse) CU(G.drv->MemcpyDtoH(lse[slot], dlse, (size_t)(n + GUARD) * 4));
+        if (dws && !workspace_zeroed(plan, dws, why, sizeof why)) {
+            fprintf(stderr, "FAIL %s\n     plan: %s\n     launch %d: %s\n", desc, plan_desc, k, why);
+            pass = 0;
+            break;
+        }
+        if (k == 0) {
+            pass = compare(sp, desc, plan_desc, t64, out[0], lse[0], ref, ref_lse);
+        } else if (memcmp(out[0], out[1], (size_t)(nout + GUARD) * 4) ||
+                   (sp->lse && memcmp(lse[0], lse[1], (size_t)(n + GUARD) * 4))) {
+            int64_t i = 0;
+            while (i < nout && !memcmp(&out[0][i], &out[1][i], 4)) i++;
+            fprintf(stderr,
+                    "FAIL %s\n     plan: %s\n     launch %d is not bitwise equal to launch 0 (loss[%" PRId64
+                    "] %.9g vs %.9g%s)\n",
+                    desc, plan_desc, k, i, i < nout ? (double)out[1][i] : 0.0, i < nout ? (double)out[0][i] : 0.0,
+                    i < nout ? "" : "; lse differs");
+            pass = 0;
+        }
+    }
+
+done:
+    dfree(dlog);
+    dfree(dtgt);
+    dfree(dw);
+    dfree(dloss);
+    dfree(dlse);
+    dfree(dws);
+    if (sp->cfg && plan) xent_plan_destroy(plan);
+    free(t64);
+    free(tgt);
+    free(logits);
+    free(w);
+    free(ref);
+    free(ref_lse);
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        free(lse[k]);
+    }
+    if (!pass) S->failed++;
+    return pass;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parallel compilation: fill the kernel caches before plans are built.     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct compile_job {
+    const xent_config *cfgs;
+    const xent_problem *probs;
+    int *rcs;
+    size_t count;
+    atomic_size_t next, done;
+    int arch;
+    const char *label;
+    double t0;
+    size_t every; /* progress line every this many (0: none) */
+} compile_job;
+
+static void *compile_worker(void *arg) {
+    compile_job *j = arg;
+    char *err = malloc(16384);
+    for (;;) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->count) break;
+        xent_cubin bin;
+        err[0] = 0;
+        int rc = xent_kernel_get(&j->cfgs[i], &j->probs[i], j->arch, &bin, err, 16384);
+        if (rc == XENT_OK) xent_cubin_free(&bin);
+        else {
+            char cfg[200];
+            xent_config_format(&j->cfgs[i], cfg, sizeof cfg);
+            fprintf(stderr, "%s: compiling %s failed: %s\n%.2000s\n", j->label, cfg, xent_errstr(rc), err);
+        }
+        j->rcs[i] = rc;
+        size_t d = atomic_fetch_add(&j->done, 1) + 1;
+        if (j->every && (d % j->every == 0 || d == j->count))
+            fprintf(stderr, "%s: %zu/%zu compiled (%.1f s)\n", j->label, d, j->count, now_s() - j->t0);
+    }
+    free(err);
+    return NULL;
+}
+
+/* Compile count (config, problem) pairs on all CPUs; returns the failures. */
+static size_t compile_all(const xent_config *cfgs, const xent_problem *probs, int *rcs, size_t count,
+                          const char *label, size_t every) {
+    compile_job j;
+    memset(&j, 0, sizeof j);
+    j.cfgs = cfgs;
+    j.probs = probs;
+    j.rcs = rcs;
+    j.count = count;
+    atomic_init(&j.next, 0);
+    atomic_init(&j.done, 0);
+    j.arch = G.ctx->arch;
+    j.label = label;
+    j.t0 = now_s();
+    j.every = every;
+    int nt = ncpus();
+    if ((size_t)nt > count) nt = (int)(count ? count : 1);
+    pthread_t tid[64];
+    int started[64] = {0};
+    for (int k = 1; k < nt; k++) started[k] = pthread_create(&tid[k], NULL, compile_worker, &j) == 0;
+    compile_worker(&j);
+    for (int k = 1; k < nt; k++)
+        if (started[k]) pthread_join(tid[k], NULL);
+    size_t failed = 0;
+    for (size_t i = 0; i < count; i++) failed += rcs[i] != XENT_OK;
+    return failed;
+}
+
+/* Warm the caches for the plans a list of checks will build (the heuristic
+ * config for xent_plan_get; a tune-cache hit would just compile later). */
+static void prewarm(const spec *sps, size_t count) {
+    xent_config *cfgs = calloc(count ? count : 1, sizeof *cfgs);
+    xent_problem *probs = calloc(count ? count : 1, sizeof *probs);
+    int *rcs = calloc(count ? count : 1, sizeof *rcs);
+    ck_assert(cfgs && probs && rcs);
+    for (size_t i = 0; i < count; i++) {
+        spec_problem(&sps[i], &probs[i]);
+        if (sps[i].cfg) cfgs[i] = *sps[i].cfg;
+        else xent_config_heuristic(&probs[i], G.ctx->info.sm_count, &cfgs[i]);
+    }
+    compile_all(cfgs, probs, rcs, count, "prewarm", 0); /* failures show in the checks */
+    free(cfgs);
+    free(probs);
+    free(rcs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fixture: a context per test (tests run in forked children, and a CUDA    */
+/* context does not survive fork), made current for the driver calls here.  */
+/* ------------------------------------------------------------------------ */
+
+static void setup(void) {
+    int rc = xent_context_create(&G.ctx, G.ordinal);
+    ck_assert_msg(rc == XENT_OK, "xent_context_create: %s: %s", xent_errstr(rc), xent_errmsg(G.ctx));
+    G.drv = G.ctx->drv;
+    ck_assert_int_eq(xent_ctx_enter(G.ctx, &G.pushed), XENT_OK);
+    CU(G.drv->StreamCreate(&G.stream, CU_STREAM_NON_BLOCKING));
+}
+
+static void teardown(void) {
+    if (!G.ctx) return;
+    if (G.stream) G.drv->StreamDestroy(G.stream);
+    G.stream = NULL;
+    xent_ctx_leave(G.ctx, G.pushed);
+    xent_context_destroy(G.ctx);
+    G.ctx = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Basics: device, memo, thread-safe plan lookup                            */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_device_info) {
+    xent_device_info info;
+    ck_assert_int_eq(xent_device_get_info(G.ctx, &info), XENT_OK);
+    ck_assert_msg(info.name[0] && info.key[0], "device name '%s', key '%s'", info.name, info.key);
+    ck_assert_int_ge(info.cc_major, 7);
+    ck_assert_int_gt(info.sm_count, 0);
+    ck_assert(info.global_mem_bytes > ((size_t)1 << 30));
+    ck_assert_int_eq(G.ctx->arch, info.cc_major * 10 + info.cc_minor);
+    fprintf(stderr, "device %d: %s (key %s), sm_%d%d, %d SMs, L2 %zu MB, %zu MB\n", G.ordinal, info.name, info.key,
+            info.cc_major, info.cc_minor, info.sm_count, info.l2_bytes >> 20, info.global_mem_bytes >> 20);
+}
+END_TEST
+
+START_TEST(test_memo) {
+    xent_problem p, q;
+    xent_plan *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    xent_problem_init(&p, 1000, 4096);
+    ck_assert_int_eq(xent_plan_get(G.ctx, &p, &a), XENT_OK);
+    size_t nplans = G.ctx->nplans;
+    ck_assert_int_eq(xent_plan_get(G.ctx, &p, &b), XENT_OK);
+    ck_assert_ptr_eq(a, b);
+    q = p;
+    q.row_stride = 0; /* normalized to c: the same problem */
+    ck_assert_int_eq(xent_plan_get(G.ctx, &q, &c), XENT_OK);
+    ck_assert_ptr_eq(a, c);
+    ck_assert_uint_eq(G.ctx->nplans, nplans);
+    q = p;
+    q.reduction = XENT_REDUCE_SUM;
+    ck_assert_int_eq(xent_plan_get(G.ctx, &q, &d), XENT_OK);
+    ck_assert_ptr_ne(a, d);
+    ck_assert_uint_eq(G.ctx->nplans, nplans + 1);
+    char buf[512];
+    ck_assert_int_eq(xent_plan_describe(a, buf, sizeof buf), XENT_OK);
+    ck_assert_msg(strstr(buf, "VEC=") && strstr(buf, "source="), "describe: %s", buf);
+    ck_assert_int_le((int)xent_plan_source(a), (int)XENT_SOURCE_EXPLICIT);
+
+    /* xent_forward goes through the memo: no new plan */
+    spec sp;
+    spec_init(&sp, "memo", 1000, 4096);
+    ck_assert(run_check(&sp));
+    ck_assert_uint_eq(G.ctx->nplans, nplans + 1);
+    ck_assert_int_eq(xent_plan_get(G.ctx, &p, &b), XENT_OK);
+    ck_assert_ptr_eq(a, b);
+}
+END_TEST
+
+typedef struct memo_thread {
+    const xent_problem *p;
+    xent_plan *plan;
+    int rc;
+} memo_thread;
+
+static void *memo_worker(void *arg) {
+    memo_thread *m = arg;
+    m->rc = xent_plan_get(G.ctx, m->p, &m->plan);
+    return NULL;
+}
+
+START_TEST(test_memo_threads) {
+    xent_problem p;
+    xent_problem_init(&p, 513, 1031);
+    p.logits = XENT_BF16;
+    p.targets = XENT_I32;
+    size_t before = G.ctx->nplans;
+    memo_thread m[8];
+    pthread_t tid[8];
+    for (int k = 0; k < 8; k++) {
+        m[k] = (memo_thread){&p, NULL, -1};
+        ck_assert_int_eq(pthread_create(&tid[k], NULL, memo_worker, &m[k]), 0);
+    }
+    for (int k = 0; k < 8; k++) pthread_join(tid[k], NULL);
+    for (int k = 0; k < 8; k++) {
+        ck_assert_msg(m[k].rc == XENT_OK, "thread %d: %s", k, xent_errstr(m[k].rc));
+        ck_assert_ptr_eq(m[k].plan, m[0].plan);
+    }
+    ck_assert_uint_eq(G.ctx->nplans, before + 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Shapes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct shape {
+    int64_t n, c, stride; /* stride 0: c */
+    int off;              /* logits pointer offset in elements */
+    int dt;               /* -1: rotate; else the logits dtype (memory) */
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 0, 0, -1},            /* n = 1, c = 1: the loss is exactly 0 */
+    {1, 2, 0, 0, -1},            /* c = 2 */
+    {2, 1, 0, 1, -1},
+    {7, 2, 0, 0, -1},
+    {3, 3, 0, 1, -1},
+    {1, 7, 0, 0, -1},
+    {2, 4, 0, 0, -1},
+    {31, 31, 0, 0, -1},
+    {1, 50257, 0, 0, -1},        /* GPT-2 vocabulary, odd */
+    {8, 50257, 0, 0, -1},
+    {513, 50257, 50264, 3, -1},  /* padded rows, unaligned start */
+    {64, 262144, 0, 0, -1},      /* few rows, huge c: split */
+    {1048576, 10, 0, 0, -1},     /* many tiny rows */
+    {32768, 4096, 0, 0, -1},     /* KernelBench level 1 problem 95 */
+    {4096, 32000, 0, 0, -1},
+    {8192, 128256, 0, 0, XENT_BF16}, /* Llama 3 vocabulary, 2 GB of bf16 */
+    {17, 1000, 1003, 0, -1},     /* odd stride > c */
+    {33, 4097, 4100, 1, -1},
+    {129, 127, 0, 0, -1},
+    {1, 262144, 0, 0, -1},       /* one row: all the GPU on it */
+    {2, 131073, 0, 1, -1},
+    {300, 8191, 0, 0, -1},
+    {4096, 33, 40, 0, -1},
+    {100000, 3, 0, 0, -1},
+    {65537, 17, 0, 0, -1},
+    {256, 2048, 0, 3, -1},
+    {1, 1000000, 0, 0, -1},
+    {5, 1048577, 0, 0, -1},
+    {1023, 1025, 0, 0, -1},
+    {10, 100, 128, 0, -1},
+    {777, 777, 0, 1, -1},
+    {16384, 512, 0, 0, -1},
+    {4, 65536, 0, 0, -1},
+    {3000, 257, 263, 5, -1},
+    {2, 5, 9, 1, -1},
+    /* more than 2^31 elements between the first and the last logit: 64-bit
+     * indexing (4.3 GB of bf16 on the device, 131 MB of logits on the host) */
+    {2049, 32000, 1048583, 0, XENT_BF16},
+};
+#define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+/* The three checks of shape s (none, sum, mean); options rotate with a fixed
+ * hash, so the kernels of a shape are the same from run to run (disk cache)
+ * while the inputs are fresh. */
+static void shape_specs(int s, spec out[3]) {
+    const shape *sh = &shapes[s];
+    static const float scales[4] = {0.5f, 1.0f, 2.0f, 4.0f}, offsets[4] = {0.0f, -3.0f, 10.0f, 50.0f},
+                       jitters[3] = {0.0f, 1.0f, 5.0f};
+    for (int r = 0; r < 3; r++) {
+        spec *sp = &out[r];
+        spec_init(sp, "shapes", sh->n, sh->c);
+        sp->stride = sh->stride;
+        sp->off = sh->off;
+        int pair = (s + r) % 6;
+        sp->dt = sh->dt >= 0 ? (xent_dtype)sh->dt : (xent_dtype)(pair % 3);
+        sp->it = (xent_index)(pair / 3);
+        sp->red = (xent_reduction)r;
+        uint64_t h = mix64(0x5eed5, (uint64_t)(s * 3 + r));
+        sp->weights = (int)(h & 1);
+        sp->smoothing = (h >> 1) & 1 ? 0.1f : 0.0f;
+        sp->lse = (int)((h >> 2) & 1) || r == 0;
+        static const double p_ign[3] = {0.0, 0.05, 0.3};
+        sp->p_ignore = p_ign[(h >> 3) % 3];
+        switch ((h >> 5) % 4) {
+        case 0: sp->ignore_index = sh->c > 1 ? sh->c / 2 : -1; break; /* inside [0, c) */
+        case 1: sp->ignore_index = -1; break;
+        default: sp->ignore_index = -100;
+        }
+        sp->dist = (int)((h >> 7) % 3);
+        sp->scale = scales[(h >> 9) % 4];
+        sp->offset = offsets[(h >> 11) % 4];
+        sp->jitter = jitters[(h >> 13) % 3];
+        sp->use_stream = (int)((h >> 15) & 1);
+        sp->own_ws = (int)((h >> 16) & 1);
+    }
+}
+
+START_TEST(test_shapes) {
+    spec sps[3];
+    shape_specs(_i, sps);
+    prewarm(sps, 3);
+    double t0 = now_s();
+    int ok = 0;
+    for (int r = 0; r < 3; r++) ok += run_check(&sps[r]);
+    S->shapes_run++;
+    S->shape_checks += 3;
+    fprintf(stderr, "shape %2d/%d %" PRId64 "x%" PRId64 ": %d/3 checks passed (%.1f s)\n", _i + 1, NSHAPES,
+            shapes[_i].n, shapes[_i].c, ok, now_s() - t0);
+    ck_assert_msg(ok == 3, "shape %" PRId64 "x%" PRId64 ": %d of 3 checks failed (details on stderr)", shapes[_i].n,
+                  shapes[_i].c, 3 - ok);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* The matrix: dtype pairs x reductions x options                           */
+/* ------------------------------------------------------------------------ */
+
+static const shape matrix_shapes[] = {{37, 1000, 0, 0, -1}, {5, 50257, 0, 1, -1}, {300, 4097, 4099, 1, -1}};
+#define NMATRIX 108 /* 6 pairs x 3 reductions x 6 option sets */
+
+static void matrix_spec(int m, int k, spec *sp) {
+    const shape *sh = &matrix_shapes[m];
+    int pair = k % 6, red = (k / 6) % 3, opt = k / 18;
+    spec_init(sp, "matrix", sh->n, sh->c);
+    sp->stride = sh->stride;
+    sp->off = sh->off;
+    sp->dt = (xent_dtype)(pair % 3);
+    sp->it = (xent_index)(pair / 3);
+    sp->red = (xent_reduction)red;
+    sp->use_stream = k & 1;
+    sp->own_ws = (k / 2) & 1;
+    switch (opt) {
+    case 0: break;                                    /* plain */
+    case 1: sp->weights = 1; sp->p_ignore = 0.1; break; /* weights (ignored rows too) */
+    case 2: sp->smoothing = 0.1f; break;              /* label smoothing */
+    case 3: sp->weights = 1; sp->smoothing = 0.25f; sp->p_ignore = 0.1; break;
+    case 4: sp->ignore_index = 3; sp->p_ignore = 0.25; sp->dist = DIST_PEAKY; break; /* ignore inside [0, c) */
+    default: sp->lse = 1; sp->dist = DIST_UNIFORM; break;
+    }
+}
+
+START_TEST(test_matrix) {
+    spec sps[NMATRIX];
+    for (int k = 0; k < NMATRIX; k++) matrix_spec(_i, k, &sps[k]);
+    double t0 = now_s();
+    prewarm(sps, NMATRIX);
+    double t1 = now_s();
+    int ok = 0;
+    for (int k = 0; k < NMATRIX; k++) ok += run_check(&sps[k]);
+    S->matrix_checks += NMATRIX;
+    fprintf(stderr, "matrix %" PRId64 "x%" PRId64 ": %d/%d checks passed (compile %.1f s, run %.1f s)\n",
+            matrix_shapes[_i].n, matrix_shapes[_i].c, ok, NMATRIX, t1 - t0, now_s() - t1);
+    ck_assert_msg(ok == NMATRIX, "%d of %d matrix checks failed (details on stderr)", NMATRIX - ok, NMATRIX);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* ignore_index, all rows ignored, large offsets                            */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_ignore_index) {
+    const int64_t ignores[4] = {-100, -1, 500, (int64_t)1 << 40};
+    int ok = 0, total = 0;
+    for (int g = 0; g < 4; g++)
+        for (int r = 0; r < 3; r++)
+            for (int it = 0; it < 2; it++) {
+                if (g == 3 && it == 0) continue; /* 2^40 is no int32 */
+                spec sp;
+                spec_init(&sp, "ignore", 1000, 1000);
+                sp.ignore_index = ignores[g];
+                sp.p_ignore = 0.3;
+                sp.red = (xent_reduction)r;
+                sp.it = (xent_index)it;
+                sp.dt = (xent_dtype)((g + r) % 3);
+                sp.weights = (g + r) & 1;
+                sp.smoothing = g == 2 ? 0.2f : 0.0f;
+                sp.lse = r == 0;
+                ok += run_check(&sp);
+                total++;
+            }
+    ck_assert_msg(ok == total, "%d of %d ignore_index checks failed", total - ok, total);
+}
+END_TEST
+
+/* Every row ignored: mean is NaN (0/0, as PyTorch), sum 0, none all 0 --
+ * asserted directly as well as through the reference. */
+START_TEST(test_all_ignored) {
+    xent_config split;
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=1024 BLOCK=1024 ITEMS=2 PASSES=1 CACHE=0 SPLIT=4 PERSIST=1",
+                                       &split, NULL, 0), XENT_OK);
+    const int64_t dims[3][2] = {{1, 100}, {1000, 1000}, {16, 65536}};
+    for (int d = 0; d < 3; d++)
+        for (int r = 0; r < 3; r++)
+            for (int variant = 0; variant < 2; variant++) {
+                spec sp;
+                spec_init(&sp, "all-ignored", dims[d][0], dims[d][1]);
+                sp.p_ignore = 1.0;
+                sp.red = (xent_reduction)r;
+                sp.weights = variant;
+                sp.smoothing = variant ? 0.1f : 0.0f;
+                sp.cfg = d == 2 && variant ? &split : NULL;
+                sp.lse = 1;
+                ck_assert(run_check(&sp));
+                /* and without the reference: one more launch, read back */
+                xent_problem p;
+                spec_problem(&sp, &p);
+                xent_plan *plan;
+                ck_assert_int_eq(xent_plan_get(G.ctx, &p, &plan), XENT_OK);
+                int64_t n = sp.n, nout = r == 0 ? n : 1;
+                CUdeviceptr lg = dalloc((size_t)n * (size_t)sp.c * 4), tg = dalloc((size_t)n * 8),
+                            ls = dalloc((size_t)nout * 4), lz = dalloc((size_t)n * 4), wd = 0;
+                CU(G.drv->MemsetD8(lg, 0x3f, (size_t)n * (size_t)sp.c * 4)); /* 0.747 everywhere */
+                int64_t *t = malloc((size_t)n * 8);
+                float *o = malloc((size_t)nout * 4);
+                for (int64_t i = 0; i < n; i++) t[i] = -100;
+                CU(G.drv->MemcpyHtoD(tg, t, (size_t)n * 8));
+                if (sp.weights) {
+                    wd = dalloc((size_t)sp.c * 4);
+                    CU(G.drv->MemsetD8(wd, 0x3f, (size_t)sp.c * 4));
+                }
+                CU(G.drv->MemsetD8(ls, 0xFF, (size_t)nout * 4));
+                xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg,
+                               (const float *)(uintptr_t)wd, (float *)(uintptr_t)ls, (float *)(uintptr_t)lz, NULL};
+                ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_OK);
+                ck_assert_int_eq(xent_check_targets(G.ctx, NULL), XENT_OK);
+                CU(G.drv->MemcpyDtoH(o, ls, (size_t)nout * 4));
+                if (r == XENT_REDUCE_MEAN) ck_assert_msg(isnan(o[0]), "mean of all ignored is %g, not NaN", (double)o[0]);
+                else if (r == XENT_REDUCE_SUM) ck_assert_msg(o[0] == 0.0f, "sum of all ignored is %g", (double)o[0]);
+                else
+                    for (int64_t i = 0; i < n; i++) ck_assert_msg(o[i] == 0.0f, "row %" PRId64 ": %g", i, (double)o[i]);
+                free(t);
+                free(o);
+                dfree(lg);
+                dfree(tg);
+                dfree(ls);
+                dfree(lz);
+                dfree(wd);
+            }
+}
+END_TEST
+
+/* Logits far from 0: an accuracy probe of lse = max + log(sum), of exp2 with
+ * a folded shift, and of the smoothing sum. */
+START_TEST(test_large_offsets) {
+    const float offs[4] = {100.0f, -100.0f, 1000.0f, -1000.0f};
+    const int64_t dims[3][2] = {{1000, 4096}, {64, 50257}, {4096, 100}};
+    int ok = 0, total = 0;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (int ls = 0; ls < 2; ls++) {
+                spec sp;
+                spec_init(&sp, "offsets", dims[d][0], dims[d][1]);
+                sp.offset = offs[o];
+                sp.jitter = 5.0f;
+                sp.scale = 2.0f;
+                sp.dt = (xent_dtype)((o + d) % 3);
+                sp.red = (xent_reduction)((o + d + ls) % 3);
+                sp.smoothing = ls ? 0.1f : 0.0f;
+                sp.weights = d == 1;
+                sp.lse = 1;
+                ok += run_check(&sp);
+                total++;
+            }
+    ck_assert_msg(ok == total, "%d of %d large-offset checks failed", total - ok, total);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Bad targets                                                              */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(test_bad_targets) {
+    xent_config split;
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=256 BLOCK=256 ITEMS=1 PASSES=2 CACHE=0 SPLIT=4 PERSIST=0", &split,
+                                       NULL, 0), XENT_OK);
+    int ok = 0, total = 0;
+    for (int r = 0; r < 3; r++)
+        for (int variant = 0; variant < 4; variant++) {
+            spec sp;
+            spec_init(&sp, "bad-targets", variant == 3 ? 64 : 1000, variant == 3 ? 20000 : 257);
+            sp.red = (xent_reduction)r;
+            sp.bad = variant == 0 ? 1 : 12;       /* c, -5, +-huge */
+            sp.it = (xent_index)(variant & 1);
+            sp.dt = (xent_dtype)((r + variant) % 3);
+            sp.weights = variant == 2;            /* a bad target must not index the weights */
+            sp.smoothing = variant == 2 ? 0.1f : 0.0f;
+            sp.p_ignore = 0.1;
+            sp.lse = r == 0;
+            sp.cfg = variant == 3 ? &split : NULL;
+            ok += run_check(&sp); /* expects XENT_EBADTARGET, then OK on a second check */
+            total++;
+            /* the same context, good targets: works, and the flag stays clear */
+            sp.bad = 0;
+            ok += run_check(&sp);
+            total++;
+        }
+    /* -5 is not bad when it is the ignore_index */
+    spec sp;
+    spec_init(&sp, "bad-targets", 500, 300);
+    sp.ignore_index = -5;
+    sp.p_ignore = 0.2;
+    ok += run_check(&sp);
+    total++;
+    ck_assert_msg(ok == total, "%d of %d bad-target checks failed", total - ok, total);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Determinism: one plan, the same inputs, five launches, the same bits     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct det_case {
+    int64_t n, c;
+    xent_dtype dt;
+    xent_reduction red;
+    const char *cfg; /* NULL: heuristic */
+} det_case;
+
+static const det_case det_cases[] = {
+    {64, 262144, XENT_F32, XENT_REDUCE_MEAN, NULL},
+    {64, 262144, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=1024 BLOCK=1024 ITEMS=4 PASSES=1 CACHE=0 SPLIT=16 PERSIST=1"},
+    {64, 262144, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=512 BLOCK=512 ITEMS=4 PASSES=2 CACHE=1 SPLIT=8 PERSIST=0"},
+    {64, 262144, XENT_BF16, XENT_REDUCE_NONE, "VEC=8 TPR=1024 BLOCK=1024 ITEMS=4 PASSES=1 CACHE=2 SPLIT=32 PERSIST=1"},
+    {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, NULL},
+    {32768, 4096, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=32 BLOCK=128 ITEMS=32 PASSES=2 CACHE=1 SPLIT=1 PERSIST=1"},
+    {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 SPLIT=2 PERSIST=1"},
+    {32768, 4096, XENT_F16, XENT_REDUCE_NONE, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 SPLIT=1 PERSIST=0"},
+    {1048576, 10, XENT_BF16, XENT_REDUCE_MEAN, NULL},
+    {1048576, 10, XENT_BF16, XENT_REDUCE_SUM, "VEC=2 TPR=1 BLOCK=256 ITEMS=8 PASSES=2 CACHE=0 SPLIT=1 PERSIST=1"},
+    {1000, 50257, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=1024 BLOCK=1024 ITEMS=4 PASSES=2 CACHE=0 SPLIT=4 PERSIST=1"},
+};
+#define NDET ((int)(sizeof det_cases / sizeof det_cases[0]))
+
+START_TEST(test_determinism) {
+    spec sps[NDET];
+    xent_config cfgs[NDET];
+    for (int k = 0; k < NDET; k++) {
+        const det_case *d = &det_cases[k];
+        spec_init(&sps[k], "determinism", d->n, d->c);
+        sps[k].dt = d->dt;
+        sps[k].red = d->red;
+        sps[k].repeat = 4;
+        sps[k].smoothing = k % 3 == 1 ? 0.1f : 0.0f;
+        sps[k].weights = k % 4 == 2;
+        sps[k].p_ignore = 0.05;
+        sps[k].lse = k % 2;
+        sps[k].own_ws = k % 2;
+        sps[k].use_stream = k % 3 == 0;
+        if (d->cfg) {
+            char why[256];
+            ck_assert_msg(xent_config_parse(d->cfg, &cfgs[k], why, sizeof why) == XENT_OK, "%s: %s", d->cfg, why);
+            if (xent_config_legal(&cfgs[k], d->dt, why, sizeof why)) sps[k].cfg = &cfgs[k];
+            else /* the space changed under this list: say so, still check the heuristic */
+                fprintf(stderr, "determinism: %s is no longer legal (%s); update the list. Using the heuristic.\n",
+                        d->cfg, why);
+        }
+    }
+    prewarm(sps, NDET);
+    int ok = 0;
+    for (int k = 0; k < NDET; k++) ok += run_check(&sps[k]);
+    ck_assert_msg(ok == NDET, "%d of %d determinism checks failed", NDET - ok, NDET);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Every configuration of the space                                         */
+/* ------------------------------------------------------------------------ */
+
+static const int64_t sweep_c[5] = {1, 7, 100, 1000, 5000};
+static const int64_t sweep_nmax[5] = {3000, 2000, 600, 150, 40};
+
+/* The compiled-in problem options of config i: a fixed hash, so a second
+ * run finds every kernel in the disk cache. */
+static void sweep_problem(xent_dtype d, size_t i, xent_problem *p) {
+    uint64_t h = mix64(0xc0ff1ee + (uint64_t)d, (uint64_t)i);
+    xent_problem_init(p, 1, 1);
+    p->logits = d;
+    p->targets = (xent_index)(h & 1);
+    p->reduction = (xent_reduction)((h >> 1) % 3);
+    p->has_weights = (int)((h >> 3) & 1);
+    p->label_smoothing = (h >> 4) % 3 == 0 ? 0.1f : 0.0f;
+    p->write_lse = (int)((h >> 6) & 1);
+}
+
+START_TEST(test_sweep) {
+    const xent_dtype d = (xent_dtype)_i;
+    const char *e = getenv("XENT_TEST_SWEEP_EVERY");
+    size_t every = e && *e ? (size_t)strtoul(e, NULL, 10) : 1;
+    if (every < 1) every = 1;
+    size_t total = xent_space_enumerate(d, NULL, 0, NULL, 0);
+    ck_assert_uint_gt(total, 0);
+    xent_config *all = malloc(total * sizeof *all);
+    ck_assert_ptr_nonnull(all);
+    ck_assert_uint_eq(xent_space_enumerate(d, NULL, 0, all, total), total);
+    size_t count = (total + every - 1) / every;
+    xent_config *cfgs = malloc(count * sizeof *cfgs);
+    xent_problem *probs = malloc(count * sizeof *probs);
+    int *rcs = calloc(count, sizeof *rcs);
+    ck_assert(cfgs && probs && rcs);
+    for (size_t k = 0; k < count; k++) {
+        char why[256];
+        cfgs[k] = all[k * every];
+        ck_assert_msg(xent_config_legal(&cfgs[k], d, why, sizeof why), "enumerated config is illegal: %s", why);
+        sweep_problem(d, k * every, &probs[k]);
+    }
+    char label[64];
+    snprintf(label, sizeof label, "configs %s", dt_name(d));
+    fprintf(stderr, "%s: %zu of %zu configs, %d compile threads\n", label, count, total, ncpus());
+    double t0 = now_s();
+    size_t cfail = compile_all(cfgs, probs, rcs, count, label, 200);
+    double t1 = now_s();
+    S->sweep_compile_s += t1 - t0;
+    S->cfg_total += (long)total;
+    S->cfg_compile_failed += (long)cfail;
+
+    static const int splits[8] = {1, 2, 4, 8, 16, 32, 64, 128};
+    size_t failed = 0, ran = 0;
+    uint64_t s = mix64(S->seed, 0x5ee9 + (uint64_t)d);
+    for (size_t k = 0; k < count; k++) {
+        if (rcs[k] != XENT_OK) {
+            failed++;
+            continue;
+        }
+        int cfg_ok = 1;
+        for (int v = 0; v < 2; v++) { /* two problems: different c, n, stride, split, persist */
+            xent_config cfg = cfgs[k];
+            int ci = (int)((k + (size_t)v * 2 + rand_below(&s, 5)) % 5);
+            spec sp;
+            spec_init(&sp, label, 1 + (int64_t)rand_below(&s, (uint64_t)sweep_nmax[ci]), sweep_c[ci]);
+            sp.dt = d;
+            sp.it = probs[k].targets;
+            sp.red = probs[k].reduction;
+            sp.weights = probs[k].has_weights;
+            sp.smoothing = probs[k].label_smoothing;
+            sp.lse = probs[k].write_lse;
+            sp.stride = rand_below(&s, 3) == 0 ? sp.c + 1 + (int64_t)rand_below(&s, 9) : 0;
+            sp.off = rand_below(&s, 3) == 0 ? 1 + (int)rand_below(&s, 7) : 0;
+            sp.p_ignore = rand_below(&s, 2) ? 0.1 : 0.0;
+            sp.ignore_index = rand_below(&s, 4) == 0 ? sp.c / 2 : -100;
+            sp.dist = (int)rand_below(&s, 3);
+            sp.scale = 1.0f + 2.0f * (float)rand_below(&s, 2);
+            sp.offset = (float)rand_below(&s, 11) - 5.0f;
+            sp.jitter = 1.0f;
+            sp.use_stream = (int)rand_below(&s, 2);
+            sp.own_ws = rand_below(&s, 4) == 0;
+            sp.quiet = 1;
+            cfg.split = splits[rand_below(&s, 8)];
+            cfg.persist = (int)rand_below(&s, 2);
+            sp.cfg = &cfg;
+            cfg_ok &= run_check(&sp);
+        }
+        ran++;
+        failed += !cfg_ok;
+        if (ran % 200 == 0 || k + 1 == count)
+            fprintf(stderr, "%s: %zu/%zu run, %zu failed (%.1f s)\n", label, ran, count, failed, now_s() - t1);
+    }
+    double t2 = now_s();
+    S->sweep_run_s += t2 - t1;
+    S->cfg_run += (long)ran;
+    S->cfg_failed += (long)failed;
+    fprintf(stderr, "%s: %zu configs, %zu compile failures, %zu failed; compile %.1f s, run %.1f s\n", label, count,
+            cfail, failed, t1 - t0, t2 - t1);
+    free(all);
+    free(cfgs);
+    free(probs);
+    free(rcs);
+    ck_assert_msg(cfail == 0, "%zu configs of %s failed to compile", cfail, dt_name(d));
+    ck_assert_msg(failed == 0, "%zu of %zu configs of %s failed (details on stderr)", failed, count, dt_name(d));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Timing of the heuristic plan at the reference shape                      */
+/* ------------------------------------------------------------------------ */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+START_TEST(test_timing) {
+    const int64_t n = 32768, c = 4096;
+    spec sp;
+    spec_init(&sp, "timing", n, c);
+    sp.dist = DIST_UNIFORM; /* torch.rand, as KernelBench */
+    ck_assert(run_check(&sp)); /* the timed plan is right first */
+
+    xent_problem p;
+    spec_problem(&sp, &p);
+    xent_plan *plan;
+    ck_assert_int_eq(xent_plan_get(G.ctx, &p, &plan), XENT_OK);
+    CUdeviceptr lg = dalloc((size_t)n * (size_t)c * 4), tg = dalloc((size_t)n * 8), ls = dalloc(4);
+    CU(G.drv->MemsetD8(lg, 0x3e, (size_t)n * (size_t)c * 4)); /* ~0.19: finite logits */
+    CU(G.drv->MemsetD8(tg, 0, (size_t)n * 8));
+    xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg, NULL, (float *)(uintptr_t)ls, NULL, NULL};
+    CUevent e0, e1;
+    CU(G.drv->EventCreate(&e0, CU_EVENT_DEFAULT));
+    CU(G.drv->EventCreate(&e1, CU_EVENT_DEFAULT));
+    CUstream st = G.stream;
+    for (int k = 0; k < 20; k++) ck_assert_int_eq(xent_plan_launch(plan, st, &a), XENT_OK);
+    CU(G.drv->StreamSynchronize(st));
+    float single[50], b2b[15];
+    for (int k = 0; k < 50; k++) {
+        CU(G.drv->EventRecord(e0, st));
+        ck_assert_int_eq(xent_plan_launch(plan, st, &a), XENT_OK);
+        CU(G.drv->EventRecord(e1, st));
+        CU(G.drv->EventSynchronize(e1));
+        CU(G.drv->EventElapsedTime(&single[k], e0, e1));
+    }
+    for (int k = 0; k < 15; k++) {
+        CU(G.drv->EventRecord(e0, st));
+        for (int j = 0; j < 20; j++) ck_assert_int_eq(xent_plan_launch(plan, st, &a), XENT_OK);
+        CU(G.drv->EventRecord(e1, st));
+        CU(G.drv->EventSynchronize(e1));
+        CU(G.drv->EventElapsedTime(&b2b[k], e0, e1));
+        b2b[k] /= 20.0f;
+    }
+    ck_assert_int_eq(xent_check_targets(G.ctx, st), XENT_OK);
+    float loss = NAN;
+    CU(G.drv->MemcpyDtoH(&loss, ls, 4));
+    /* all logits equal, target 0: the loss is log(c) */
+    ck_assert_msg(fabs((double)loss - log((double)c)) <= 1e-5 * log((double)c), "timed launches gave %g, not log(%d)",
+                  (double)loss, (int)c);
+    qsort(single, 50, sizeof(float), cmp_float);
+    qsort(b2b, 15, sizeof(float), cmp_float);
+    double us_single = 1e3 * (single[24] + single[25]) / 2, us_b2b = 1e3 * b2b[7];
+    ck_assert(us_single > 0 && us_b2b > 0);
+    char d[400];
+    xent_plan_describe(plan, d, sizeof d);
+    S->timed = 1;
+    S->t_single_us = us_single;
+    S->t_b2b_us = us_b2b;
+    snprintf(S->tdesc, sizeof S->tdesc, "%s; %.2f TB/s b2b", d, (double)n * (double)c * 4 / (us_b2b * 1e-6) / 1e12);
+    fprintf(stderr, "heuristic 32768x4096 f32: %.1f us/call (b2b), %.1f us single [%s]\n", us_b2b, us_single, S->tdesc);
+    G.drv->EventDestroy(e0);
+    G.drv->EventDestroy(e1);
+    dfree(lg);
+    dfree(tg);
+    dfree(ls);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Suite, the no-GPU path, the summary                                      */
+/* ------------------------------------------------------------------------ */
+
+static Suite *gpu_suite(void) {
+    Suite *s = suite_create("gpu");
+    struct {
+        const char *name;
+        double timeout;
+    } cases[] = {{"basics", 300}, {"shapes", 600}, {"matrix", 900}, {"semantics", 600},
+                 {"determinism", 600}, {"configs", 1800}, {"timing", 300}};
+    TCase *tc[7];
+    for (int k = 0; k < 7; k++) {
+        tc[k] = tcase_create(cases[k].name);
+        tcase_add_checked_fixture(tc[k], setup, teardown);
+        tcase_set_timeout(tc[k], cases[k].timeout);
+        suite_add_tcase(s, tc[k]);
+    }
+    tcase_add_test(tc[0], test_device_info);
+    tcase_add_test(tc[0], test_memo);
+    tcase_add_test(tc[0], test_memo_threads);
+    tcase_add_loop_test(tc[1], test_shapes, 0, NSHAPES);
+    tcase_add_loop_test(tc[2], test_matrix, 0, (int)(sizeof matrix_shapes / sizeof matrix_shapes[0]));
+    tcase_add_test(tc[3], test_ignore_index);
+    tcase_add_test(tc[3], test_all_ignored);
+    tcase_add_test(tc[3], test_large_offsets);
+    tcase_add_test(tc[3], test_bad_targets);
+    tcase_add_test(tc[4], test_determinism);
+    tcase_add_loop_test(tc[5], test_sweep, 0, 3);
+    tcase_add_test(tc[6], test_timing);
+    return s;
+}
+
+/* Create a context in a child process (the parent must not initialize CUDA
+ * before Check forks the tests): rc and message come back through a pipe. */
+static int probe_device(int ordinal, char *why, size_t len) {
+    int fds[2];
+    if (pipe(fds)) {
+        snprintf(why, len, "pipe: %s", strerror(errno));
+        return XENT_ECUDA;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, len, "fork: %s", strerror(errno));
+        return XENT_ECUDA;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        xent_context *ctx = NULL;
+        int rc = xent_context_create(&ctx, ordinal);
+        char msg[2048];
+        int m = snprintf(msg, sizeof msg, "%d %s", rc, rc ? xent_errmsg(ctx) : "");
+        ssize_t wr = write(fds[1], msg, m < (int)sizeof msg ? (size_t)m : sizeof msg - 1);
+        (void)wr;
+        xent_context_destroy(ctx);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[2048];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof msg - 1 && (r = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int rc = XENT_ECUDA;
+    char *rest = NULL;
+    if (got && (rc = (int)strtol(msg, &rest, 10), rest != msg)) {
+        snprintf(why, len, "%s", *rest == ' ' ? rest + 1 : rest);
+    } else {
+        rc = XENT_ECUDA;
+        snprintf(why, len, "the probe process died (status %d)", status);
+    }
+    return rc;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (S == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    memset(S, 0, sizeof *S);
+    const char *e = getenv("XENT_TEST_SEED");
+    S->seed = e && *e ? strtoull(e, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+    e = getenv("XENT_TEST_DEVICE");
+    G.ordinal = e && *e ? atoi(e) : 0;
+
+    char why[2048];
+    int rc = probe_device(G.ordinal, why, sizeof why);
+    if (rc == XENT_ENODRIVER || rc == XENT_ENODEVICE) {
+        printf("check_gpu: SKIPPED: no GPU (%s: %s)\n", xent_errstr(rc), why);
+        printf("check_gpu: this suite needs an NVIDIA GPU and its driver; exiting with status 1 so that "
+               "`make test-gpu` never passes without one\n");
+        return 1;
+    }
+    if (rc != XENT_OK) {
+        printf("check_gpu: FAILED: cannot create a context on device %d: %s: %s\n", G.ordinal, xent_errstr(rc), why);
+        return 1;
+    }
+    printf("check_gpu: seed 0x%016" PRIx64 " (XENT_TEST_SEED=0x%016" PRIx64 " repeats these inputs)\n", S->seed,
+           S->seed);
+
+    double t0 = now_s();
+    SRunner *sr = srunner_create(gpu_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+
+    printf("gpu: %d shapes x 3 + %ld matrix + %ld other checks = %ld checks (configs included), %ld failed, "
+           "max rel err fp32 %.2e, f16 %.2e, bf16 %.2e (per-element, in units of the bound's scale: %.2e, %.2e, %.2e; "
+           "tolerance %.0e)\n",
+           S->shapes_run, S->matrix_checks, S->checks - S->shape_checks - S->matrix_checks, S->checks, S->failed,
+           S->maxerr[0], S->maxerr[1], S->maxerr[2], S->maxelem[0], S->maxelem[1], S->maxelem[2], TOL);
+    printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile (compile %.0f s, run %.0f s)\n",
+           S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->sweep_compile_s, S->sweep_run_s);
+    if (S->timed)
+        printf("heuristic 32768x4096 f32: %.1f us/call (b2b), %.1f us single [%s]\n", S->t_b2b_us, S->t_single_us,
+               S->tdesc);
+    else
+        printf("heuristic 32768x4096 f32: not measured\n");
+    printf("check_gpu: %d test(s) failed; %.0f s in all\n", failed, now_s() - t0);
+    munmap(S, sizeof *S);
+    return failed ? 1 : 0;
+}
