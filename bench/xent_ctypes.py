@@ -529,3 +529,44 @@ class Xent:
             return rc
         self._check(rc, "xent_check_targets")
         return rc
+
+
+def _layout_from_gcc(include_dir):
+    """Compile a tiny C program against include/xent.h and return {struct: (size, {field: (off, size)})}."""
+    import subprocess
+    import tempfile
+    names = {Problem: "xent_problem", Args: "xent_args", DeviceInfo: "xent_device_info"}
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "xent.h"', "int main(void) {"]
+    for struct, cname in names.items():
+        lines.append('printf("%s %%zu\\n", sizeof(%s));' % (struct.__name__, cname))
+        for f, _ in struct._fields_:
+            lines.append('printf("%s.%s %%zu %%zu\\n", offsetof(%s, %s), sizeof(((%s *)0)->%s));'
+                         % (struct.__name__, f, cname, f, cname, f))
+    lines.append("return 0; }")
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "layout.c"), os.path.join(d, "layout")
+        with open(src, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        subprocess.run(["cc", "-I", include_dir, src, "-o", exe], check=True)
+        out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    got = {}
+    by_name = {s.__name__: s for s in names}
+    for line in out.splitlines():
+        key, *vals = line.split()
+        if "." in key:
+            sname, field = key.split(".")
+            got[by_name[sname]][1][field] = (int(vals[0]), int(vals[1]))
+        else:
+            got[by_name[key]] = (int(vals[0]), {})
+    return got
+
+
+if __name__ == "__main__":
+    # python3 bench/xent_ctypes.py: compare the ctypes layout with what the C compiler says
+    inc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include")
+    c_layout = _layout_from_gcc(inc)
+    for struct, (size, fields) in c_layout.items():
+        py = (ctypes.sizeof(struct), {f: (getattr(struct, f).offset, getattr(struct, f).size) for f in fields})
+        assert py == (size, fields), (struct.__name__, py, (size, fields))
+        assert _C_LAYOUT[struct] == (size, fields), (struct.__name__, "table out of date")
+        print("%-10s %3d bytes, %d fields: ctypes == C" % (struct.__name__, size, len(fields)))

@@ -20,6 +20,8 @@ const xent_knob xent_knobs[] = {
      KNOB_RENDER, 2, {1, 2}, KNOB(passes)},
     {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
      KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache)},
+    {"TILE", "1: a block stages BLOCK rows in shared memory, a thread reduces each (tiny c)",
+     KNOB_RENDER, 2, {0, 1}, KNOB(tile)},
     {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
      8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split)},
     {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows", KNOB_LAUNCH,
@@ -30,6 +32,10 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 /* Per-thread register budget for the logits of one chunk (bytes). */
 #define MAX_CHUNK_BYTES 512
 #define REGS_PER_SM 65536
+/* Dynamic shared memory available without opting in. */
+#define MAX_TILE_BYTES (48 * 1024)
+/* Row partials beyond this many (rows x segments) make the workspace large. */
+#define MAX_SPLIT_ITEMS (1L << 22)
 /* Block sizes the space offers to teams within a warp. */
 #define MIN_WARP_TEAM_BLOCK 128
 #define MAX_WARP_TEAM_BLOCK 512
@@ -51,11 +57,11 @@ static int in_list(const xent_knob *k, int v) {
 }
 
 /* Registers a thread may hold as chunk data, leaving the rest for addresses
- * and sums (measured: 32 words spill at 64 registers, 16 do not). */
+ * and sums (ptxas -v, sm_90: at 64 registers 16 words spill and 8 do not;
+ * at 128, 32 words do not). */
 static int chunk_words_limit(int block) {
     int cap = REGS_PER_SM / block;
-    if (cap > 255) cap = 255;
-    return cap >= 255 ? 128 : cap / 4;
+    return cap >= 255 ? 128 : cap >= 128 ? 32 : 8;
 }
 
 static int refuse(char *why, size_t len, const char *reason) {
@@ -76,6 +82,8 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "a team wider than a warp is the whole block (BLOCK == TPR)");
     if (cfg->tpr <= 32 && (cfg->block < MIN_WARP_TEAM_BLOCK || cfg->block > MAX_WARP_TEAM_BLOCK))
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
+    if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || vbytes != 4 || cfg->split != 1))
+        return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1 and 4-byte VEC");
     if (cfg->items * vbytes > MAX_CHUNK_BYTES)
         return refuse(why, len, "ITEMS * VEC * element size exceeds 512 bytes of registers");
     /* The chunk may take about half of what __launch_bounds__(BLOCK) leaves a thread. */
@@ -113,6 +121,7 @@ static int split_relevant(const xent_problem *p, int sm_count, const xent_config
 /* Prune what cannot win for this problem: idle lanes, needless registers,
  * splits of rows that already fill the GPU. */
 static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
+    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256 && xent_config_fits(c, p, NULL, 0);
     int vmax = widest_vec(p->logits);
     if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
     if (!split_relevant(p, sm_count, c)) return 0;
@@ -203,12 +212,32 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     return XENT_OK;
 }
 
+size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
+    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    return cfg->tile ? (size_t)cfg->block * (size_t)stride * (size_t)xent_dtype_size(p->logits) : 0;
+}
+
+int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
+    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    if (cfg->tile && stride > MAX_TILE_BYTES / cfg->block / xent_dtype_size(p->logits))
+        return refuse(why, len, "TILE: BLOCK rows of this stride exceed 48 KB of shared memory");
+    if (p->n * cfg->split > MAX_SPLIT_ITEMS)
+        return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");
+    return 1;
+}
+
 /* Rows that fit a warp's registers are held there (two passes, no re-read);
  * longer rows stream through a whole block; few rows are split. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
     int vmax = widest_vec(p->logits);
     cfg->vec = p->c >= 256 ? vmax : stride_vec(p);
     cfg->cache = 0;
+    cfg->tile = 0;
+    xent_config tiled = {4 / xent_dtype_size(p->logits), 1, 256, 1, 2, 0, 1, 1, 1};
+    if (p->c * xent_dtype_size(p->logits) <= 64 && xent_config_fits(&tiled, p, NULL, 0)) {
+        *cfg = tiled; /* tiny rows: coalesced staging beats strided vector loads */
+        return;
+    }
     cfg->persist = 1;
     cfg->split = 1;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
@@ -224,7 +253,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     }
     cfg->tpr = 1024;
     cfg->block = 1024;
-    cfg->items = 4; /* 64 registers a thread at 1024 threads */
+    cfg->items = 8 / (cfg->vec * xent_dtype_size(p->logits) / 4); /* 8 words: 64 registers a thread */
     cfg->passes = 1;
     if (p->n < 2L * sm_count) {
         while (cfg->split < 128 && p->n * cfg->split * 2 <= 4L * sm_count &&

@@ -23,6 +23,7 @@ typedef struct xent_config {
     int cache;   /* load cache hint */
     int split;   /* teams per row (launch) */
     int persist; /* 1: grid of at most the resident blocks (launch) */
+    int tile;    /* 1: rows staged in shared memory, a thread per row */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
@@ -60,6 +61,12 @@ size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant, int sm_c
 int xent_config_format(const xent_config *cfg, char *buf, size_t len);
 /* Parse that text; every knob must appear once with a value from its list. */
 int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len);
+
+/* Nonzero when cfg can run problem p (shared memory of a tile, split
+ * workspace); a legal config tuned for another shape may not. */
+int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len);
+/* Dynamic shared memory a launch of cfg needs for p (bytes). */
+size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 
 /* The built-in heuristic: a sensible config from n, c and dtype alone. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);

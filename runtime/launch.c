@@ -32,7 +32,7 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
                       (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
-    CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, 0, (CUstream)stream,
+    CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,
                                         params, NULL);
     xent_ctx_leave(ctx, pushed);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);

@@ -12,10 +12,6 @@
 #define XENT_DATADIR "/usr/local/share/xent"
 #endif
 
-/* Row partials beyond this many (rows x segments) would make the workspace
- * large; a tuned split that came from another shape is dropped past it. */
-#define MAX_SPLIT_ITEMS (1L << 22)
-
 static uint64_t problem_hash(const xent_problem *p) {
     const unsigned char *b = (const unsigned char *)p;
     uint64_t h = 1469598103934665603ull;
@@ -68,10 +64,9 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
     int from = TC_FROM_NONE;
     xent_tc_key(ctx, p, &key);
     if (tc_lookup(ctx->user_db, ctx->shipped_db, &key, &e, &from) == XENT_OK &&
-        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_legal(cfg, p->logits, NULL, 0)) {
-        if (p->n * cfg->split > MAX_SPLIT_ITEMS) cfg->split = 1;
+        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_legal(cfg, p->logits, NULL, 0) &&
+        xent_config_fits(cfg, p, NULL, 0))
         return (xent_source)from;
-    }
     xent_config_heuristic(p, ctx->info.sm_count, cfg);
     return XENT_SOURCE_HEURISTIC;
 }
@@ -82,7 +77,8 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
     long long groups = (p->n * cfg->split + teams - 1) / teams;
     if (cfg->persist) {
         int per_sm = 0;
-        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, 0);
+        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block,
+                                                                          xent_config_smem(cfg, p));
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
         long long resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
         if (groups > resident) groups = resident;
@@ -123,8 +119,8 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
                     xent_source source, xent_plan **out) {
     char why[256];
     *out = NULL;
-    if (!xent_config_legal(cfg, p->logits, why, sizeof why))
-        return xent_fail(ctx, XENT_EINVAL, "illegal configuration: %s", why);
+    if (!xent_config_legal(cfg, p->logits, why, sizeof why) || !xent_config_fits(cfg, p, why, sizeof why))
+        return xent_fail(ctx, XENT_EINVAL, "configuration unusable here: %s", why);
     xent_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return XENT_ENOMEM;
     plan->ctx = ctx;
@@ -132,6 +128,7 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
     plan->config = *cfg;
     plan->source = source;
     plan->block = (unsigned)cfg->block;
+    plan->smem = (unsigned)xent_config_smem(cfg, p);
     int pushed, rc = xent_ctx_enter(ctx, &pushed);
     if (rc) {
         free(plan);

@@ -20,7 +20,7 @@ struct xent_plan {
     xent_source source;
     CUmodule module;
     CUfunction fn;
-    unsigned grid, block;
+    unsigned grid, block, smem; /* smem: dynamic shared memory bytes */
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;

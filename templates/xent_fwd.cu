@@ -17,6 +17,9 @@
  *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
  *                from registers when a segment fits one chunk, else re-reading it
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
+ *   XENT_TILE    1: a block stages BLOCK whole rows in shared memory with coalesced loads
+ *                and each thread reduces one row (tiny c; needs TPR == 1, dynamic shared
+ *                memory of BLOCK * row_stride elements)
  * Problem defines (set from the problem, never tuned):
  *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
@@ -45,6 +48,9 @@
 #endif
 #ifndef XENT_CACHE
 #define XENT_CACHE 0
+#endif
+#ifndef XENT_TILE
+#define XENT_TILE 0
 #endif
 #ifndef XENT_LOGIT
 #define XENT_LOGIT 0
@@ -79,6 +85,9 @@
 #endif
 #if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
 #error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
+#endif
+#if XENT_TILE && XENT_TPR != 1
+#error "TILE needs TPR == 1"
 #endif
 
 #if XENT_CACHE == 0
@@ -449,6 +458,65 @@ __device__ __forceinline__ target_t load_target(const target_t *targets, long lo
     return __ldg(targets + row);
 }
 
+
+#if XENT_TILE
+#if XENT_LOGIT == 0
+typedef unsigned tile_t;
+#define TILE_LD ".u32"
+#else
+typedef unsigned short tile_t;
+#define TILE_LD ".u16"
+#endif
+
+__device__ __forceinline__ tile_t load_raw(const tile_t *p) {
+    tile_t v;
+#if XENT_LOGIT == 0
+    asm(LD TILE_LD " %0, [%1];" : "=r"(v) : "l"(p));
+#else
+    asm(LD TILE_LD " %0, [%1];" : "=h"(v) : "l"(p));
+#endif
+    return v;
+}
+
+__device__ __forceinline__ float tile_elem(tile_t v) {
+#if XENT_LOGIT == 0
+    return __uint_as_float(v);
+#elif XENT_LOGIT == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+#else
+    return __uint_as_float(((unsigned)v) << 16);
+#endif
+}
+
+/* One thread's row, read from the staged tile: max, then the sums. */
+__device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const float *__restrict__ w) {
+    acc a;
+    acc_init(a);
+    float m = neg_inf();
+    for (int j = 0; j < c; j++) m = fmaxf(m, tile_elem(x[j]));
+    a.m = m;
+    const float ml = safe_max(m) * LOG2E;
+    for (int j = 0; j < c; j++) {
+        float v = tile_elem(x[j]);
+        a.s += exp_shifted(v, ml);
+        acc_side(a, v, j, t, w);
+    }
+    return a;
+}
+
+/* Stage rows [r0, r0 + rows) with consecutive threads on consecutive
+ * elements: every load is coalesced, whatever c and the alignment. */
+__device__ __forceinline__ void stage_tile(tile_t *tile, const unsigned char *logits, long long r0,
+                                           int rows, int c, long long stride) {
+    const tile_t *src = (const tile_t *)logits + r0 * stride;
+    const int count = (int)((rows - 1) * stride + c);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < count; i += XENT_BLOCK) tile[i] = load_raw(src + i);
+}
+#endif
+
 /* Split rows: publish this segment's partial; the row's last segment combines
  * all of them in segment order (deterministic) and returns true. */
 __device__ bool combine_split(acc &a, long long row, int seg, int split, int *arrivals,
@@ -543,9 +611,86 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
 }
 #endif
 
-/* ptxas' occupancy heuristic keeps the plain kernel lean; the smoothing sums
- * need the registers it would otherwise refuse them (it spilled at 64). */
-#if XENT_SMOOTHING
+/* The launch's arguments, as one value the row loops share. */
+struct kargs {
+    const unsigned char *logits;
+    const target_t *targets;
+    const float *weights;
+    float *loss, *lse;
+    unsigned char *ws;
+    int *err;
+    long long n, stride, ignore_index;
+    int c, split;
+    float smoothing;
+};
+
+/* A finished row goes to the output (none) or into this thread's sums. */
+__device__ __forceinline__ void emit_row(const kargs &k, long long row, const row_result &r,
+                                         double &loss_acc, double &weight_acc) {
+#if XENT_REDUCTION == 0
+    k.loss[row] = r.loss;
+    (void)loss_acc;
+    (void)weight_acc;
+#else
+    (void)k;
+    (void)row;
+    loss_acc += r.loss;
+    weight_acc += r.weight;
+#endif
+}
+
+#if XENT_TILE
+__device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    extern __shared__ tile_t tile[];
+    for (long long r0 = (long long)blockIdx.x * XENT_BLOCK; r0 < k.n; r0 += (long long)gridDim.x * XENT_BLOCK) {
+        const int rows = (int)min((long long)XENT_BLOCK, k.n - r0);
+        __syncthreads(); /* the previous tile is read */
+        stage_tile(tile, k.logits, r0, rows, k.c, k.stride);
+        __syncthreads();
+        if ((int)threadIdx.x >= rows) continue;
+        const long long row = r0 + threadIdx.x;
+        const long long t = (long long)load_target(k.targets, row);
+        const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
+        acc a = tile_row(tile + threadIdx.x * k.stride, k.c, t_in, k.weights);
+        row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+        emit_row(k, row, r, loss_acc, weight_acc);
+    }
+}
+#else
+__device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    const int team = threadIdx.x / XENT_TPR;
+    const int lane = threadIdx.x % XENT_TPR;
+    const long long work = k.n * k.split;
+    /* Uniform for all teams, so 2-pass team reductions stay in step. */
+    const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
+    int *arrivals = (int *)(k.ws + 16 + 16 * (size_t)gridDim.x);
+    float *parts = (float *)((unsigned char *)arrivals + (((size_t)k.n * 4 + 15) & ~(size_t)15));
+    for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
+        const long long w = base + team;
+        const bool active = w < work;
+        const long long row = active ? w / k.split : 0;
+        const int seg = active ? (int)(w - row * k.split) : 0;
+        const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
+        const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
+        row_layout l = layout(k.logits, row, k.stride, k.c);
+        const int per = (l.nv + k.split - 1) / k.split;
+        const int v0 = active ? min(seg * per, l.nv) : 0;
+        const int v1 = active ? min(v0 + per, l.nv) : 0;
+
+        acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
+        team_merge(a);
+        if (lane != 0 || !active) continue;
+        if (k.split > 1 && !combine_split(a, row, seg, k.split, arrivals, parts)) continue;
+        row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+        emit_row(k, row, r, loss_acc, weight_acc);
+    }
+}
+#endif
+
+/* ptxas' occupancy heuristic keeps small-block kernels lean (96 registers
+ * where one block per SM would take 127), but it spills the smoothing sums at
+ * 64 registers and squeezes 1024-thread blocks to 32: those ask for one block. */
+#if XENT_SMOOTHING || XENT_BLOCK >= 512
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, 1)
 #else
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK)
@@ -556,40 +701,13 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
          long long stride, long long ignore_index, float smoothing, int split) {
-    const int team = threadIdx.x / XENT_TPR;
-    const int lane = threadIdx.x % XENT_TPR;
-    const long long work = n * split;
-    /* Uniform for all teams, so 2-pass team reductions stay in step. */
-    const bool one_chunk = ((c / XENT_VEC) + split - 1) / split <= CHUNK;
-    int *arrivals = (int *)(ws + 16 + 16 * (size_t)gridDim.x);
-    float *parts = (float *)((unsigned char *)arrivals + (((size_t)n * 4 + 15) & ~(size_t)15));
+    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
-
-    for (long long base = (long long)blockIdx.x * TEAMS; base < work;
-         base += (long long)gridDim.x * TEAMS) {
-        const long long w = base + team;
-        const bool active = w < work;
-        const long long row = active ? w / split : 0;
-        const int seg = active ? (int)(w - row * split) : 0;
-        const long long t = active ? (long long)load_target(targets, row) : ignore_index;
-        const int t_in = (t >= 0 && t < c) ? (int)t : -1;
-        row_layout l = layout(logits, row, stride, c);
-        const int per = (l.nv + split - 1) / split;
-        const int v0 = active ? min(seg * per, l.nv) : 0;
-        const int v1 = active ? min(v0 + per, l.nv) : 0;
-
-        acc a = segment(l, v0, v1, active && seg == 0, c, lane, t_in, weights, one_chunk);
-        team_merge(a);
-        if (lane != 0 || !active) continue;
-        if (split > 1 && !combine_split(a, row, seg, split, arrivals, parts)) continue;
-        row_result r = finish_row(a, t, ignore_index, c, smoothing, weights, err, lse_out, row);
-#if XENT_REDUCTION == 0
-        loss[row] = r.loss;
+#if XENT_TILE
+    tile_rows(k, loss_acc, weight_acc);
 #else
-        loss_acc += r.loss;
-        weight_acc += r.weight;
+    team_rows(k, loss_acc, weight_acc);
 #endif
-    }
 #if XENT_REDUCTION != 0
     finish_reduction(loss_acc, weight_acc, loss, ws);
 #endif

@@ -375,6 +375,9 @@ def main():
           % (args.seed, args.cases, args.tol, torch.__version__, torch.cuda.get_device_name(),
              xent_ctypes.default_library_path()), flush=True)
     t0 = time.time()
+    # the shipped tune caches of this checkout, so their configurations are checked too
+    os.environ.setdefault("XENT_DATADIR", os.path.normpath(os.path.join(HERE, "..", "..", "tunecache")))
+    print("XENT_DATADIR=%s" % os.environ["XENT_DATADIR"], flush=True)
     xe = Xent()
     print("device:", xe.device_info(), flush=True)
 
