@@ -11,9 +11,10 @@ const xent_knob xent_knobs[] = {
     {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
      4, {1, 2, 4, 8}, KNOB(vec)},
     {"TPR", "threads per row team (<= 32 share a warp, > 32 is the whole block)", KNOB_RENDER,
-     11, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}, KNOB(tpr)},
+     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr)},
+    /* 1024 is left out: at 64 registers a thread every variant spilled. */
     {"BLOCK", "threads per block (a multiple of TPR; equal to TPR when TPR > 32)", KNOB_RENDER,
-     5, {64, 128, 256, 512, 1024}, KNOB(block)},
+     4, {64, 128, 256, 512}, KNOB(block)},
     {"ITEMS", "vector loads per thread per chunk (registers hold ITEMS*VEC logits)",
      KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items)},
     {"PASSES", "1: online max and sum in one read; 2: max, then sum (registers or re-read)",
@@ -29,8 +30,6 @@ const xent_knob xent_knobs[] = {
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
-/* Per-thread register budget for the logits of one chunk (bytes). */
-#define MAX_CHUNK_BYTES 512
 #define REGS_PER_SM 65536
 /* Dynamic shared memory available without opting in. */
 #define MAX_TILE_BYTES (48 * 1024)
@@ -56,13 +55,9 @@ static int in_list(const xent_knob *k, int v) {
     return 0;
 }
 
-/* Registers a thread may hold as chunk data, leaving the rest for addresses
- * and sums (ptxas -v, sm_90: at 64 registers 16 words spill and 8 do not;
- * at 128, 32 words do not). */
-static int chunk_words_limit(int block) {
-    int cap = REGS_PER_SM / block;
-    return cap >= 255 ? 128 : cap >= 128 ? 32 : 8;
-}
+/* Logits a thread may hold as one chunk, leaving registers for addresses and
+ * sums (ptxas -v, sm_90: 128 fit in 255 registers, 32 in 128; 256 fp16 spill). */
+static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 128 : 32; }
 
 static int refuse(char *why, size_t len, const char *reason) {
     if (why && len) snprintf(why, len, "%s", reason);
@@ -84,11 +79,9 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
     if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || vbytes != 4 || cfg->split != 1))
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1 and 4-byte VEC");
-    if (cfg->items * vbytes > MAX_CHUNK_BYTES)
-        return refuse(why, len, "ITEMS * VEC * element size exceeds 512 bytes of registers");
-    /* The chunk may take about half of what __launch_bounds__(BLOCK) leaves a thread. */
-    if (cfg->items * vbytes / 4 > chunk_words_limit(cfg->block))
-        return refuse(why, len, "the chunk needs more than half the registers a thread of this BLOCK has");
+    /* 16-bit logits are widened to fp32 as they are used, so count elements. */
+    if (cfg->items * cfg->vec > chunk_limit(cfg->block))
+        return refuse(why, len, "ITEMS * VEC exceeds what the registers of a thread of this BLOCK hold");
     return 1;
 }
 
@@ -241,7 +234,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = 1;
     cfg->split = 1;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
-    int max_items = MAX_CHUNK_BYTES / (cfg->vec * xent_dtype_size(p->logits));
+    int max_items = 128 / cfg->vec;
     if (max_items > 32) max_items = 32;
     if (nv <= 32L * max_items) {
         long tpr = pow2_ceil((nv + 7) / 8);
@@ -251,9 +244,9 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
         cfg->passes = 2;
         return;
     }
-    cfg->tpr = 1024;
-    cfg->block = 1024;
-    cfg->items = 8 / (cfg->vec * xent_dtype_size(p->logits) / 4); /* 8 words: 64 registers a thread */
+    cfg->tpr = 512;
+    cfg->block = 512;
+    cfg->items = 4;
     cfg->passes = 1;
     if (p->n < 2L * sm_count) {
         while (cfg->split < 128 && p->n * cfg->split * 2 <= 4L * sm_count &&

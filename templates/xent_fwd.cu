@@ -11,7 +11,7 @@
  *
  * Tuned knobs (gen/space.c holds the table of legal values and constraints):
  *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
- *   XENT_TPR     threads per row team: 1..32 share a warp, 64..1024 is the whole block
+ *   XENT_TPR     threads per row team: 1..32 share a warp, 64..512 is the whole block
  *   XENT_BLOCK   threads per block; BLOCK % TPR == 0; TPR > 32 needs BLOCK == TPR
  *   XENT_ITEMS   vector loads per thread per chunk (the registers hold ITEMS*VEC elements)
  *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
@@ -689,7 +689,8 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 
 /* ptxas' occupancy heuristic keeps small-block kernels lean (96 registers
  * where one block per SM would take 127), but it spills the smoothing sums at
- * 64 registers and squeezes 1024-thread blocks to 32: those ask for one block. */
+ * 64 registers and squeezes 512-thread blocks to 40 (both seen spilling): those ask
+ * for one block. */
 #if XENT_SMOOTHING || XENT_BLOCK >= 512
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, 1)
 #else

@@ -232,6 +232,33 @@ static void spec_problem(const spec *sp, xent_problem *p) {
     p->write_lse = sp->lse;
 }
 
+/* A config from "NAME=VALUE ..." text: knobs not named take their first
+ * legal value (so the lists below survive knobs added later). Returns 1 when
+ * the result is legal for p's dtype and fits p; else writes why. */
+static int make_config(const char *text, const xent_problem *p, xent_config *cfg, char *why, size_t len) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int k = 0; k < xent_nknobs; k++) xent_knob_set(cfg, &xent_knobs[k], xent_knobs[k].values[0]);
+    const char *t = text;
+    while (*t) {
+        while (*t == ' ') t++;
+        if (!*t) break;
+        const char *eq = strchr(t, '=');
+        ck_assert_msg(eq != NULL, "config text '%s'", text);
+        const xent_knob *kn = NULL;
+        for (int k = 0; k < xent_nknobs; k++)
+            if (strlen(xent_knobs[k].name) == (size_t)(eq - t) && !strncmp(xent_knobs[k].name, t, (size_t)(eq - t)))
+                kn = &xent_knobs[k];
+        if (!kn) {
+            snprintf(why, len, "unknown knob '%.*s'", (int)(eq - t), t);
+            return 0;
+        }
+        char *end;
+        xent_knob_set(cfg, kn, (int)strtol(eq + 1, &end, 10));
+        t = end;
+    }
+    return xent_config_legal(cfg, p->logits, why, len) && xent_config_fits(cfg, p, why, len);
+}
+
 /* --- parallel logits generation ---------------------------------------- */
 
 typedef struct gen_part {
@@ -989,8 +1016,11 @@ END_TEST
  * asserted directly as well as through the reference. */
 START_TEST(test_all_ignored) {
     xent_config split;
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=1024 BLOCK=1024 ITEMS=2 PASSES=1 CACHE=0 SPLIT=4 PERSIST=1",
-                                       &split, NULL, 0), XENT_OK);
+    xent_problem p16;
+    char why[256];
+    xent_problem_init(&p16, 16, 65536);
+    ck_assert_msg(make_config("VEC=4 TPR=1024 BLOCK=1024 ITEMS=2 PASSES=1 CACHE=0 SPLIT=4 PERSIST=1", &p16, &split,
+                              why, sizeof why), "%s", why);
     const int64_t dims[3][2] = {{1, 100}, {1000, 1000}, {16, 65536}};
     for (int d = 0; d < 3; d++)
         for (int r = 0; r < 3; r++)
@@ -1074,8 +1104,11 @@ END_TEST
 
 START_TEST(test_bad_targets) {
     xent_config split;
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=256 BLOCK=256 ITEMS=1 PASSES=2 CACHE=0 SPLIT=4 PERSIST=0", &split,
-                                       NULL, 0), XENT_OK);
+    xent_problem p64;
+    char why[256];
+    xent_problem_init(&p64, 64, 20000);
+    ck_assert_msg(make_config("VEC=4 TPR=256 BLOCK=256 ITEMS=1 PASSES=2 CACHE=0 SPLIT=4 PERSIST=0", &p64, &split, why,
+                              sizeof why), "%s", why);
     int ok = 0, total = 0;
     for (int r = 0; r < 3; r++)
         for (int variant = 0; variant < 4; variant++) {
@@ -1151,8 +1184,9 @@ START_TEST(test_determinism) {
         sps[k].use_stream = k % 3 == 0;
         if (d->cfg) {
             char why[256];
-            ck_assert_msg(xent_config_parse(d->cfg, &cfgs[k], why, sizeof why) == XENT_OK, "%s: %s", d->cfg, why);
-            if (xent_config_legal(&cfgs[k], d->dt, why, sizeof why)) sps[k].cfg = &cfgs[k];
+            xent_problem p;
+            spec_problem(&sps[k], &p);
+            if (make_config(d->cfg, &p, &cfgs[k], why, sizeof why)) sps[k].cfg = &cfgs[k];
             else /* the space changed under this list: say so, still check the heuristic */
                 fprintf(stderr, "determinism: %s is no longer legal (%s); update the list. Using the heuristic.\n",
                         d->cfg, why);
@@ -1227,16 +1261,29 @@ START_TEST(test_sweep) {
         int cfg_ok = 1;
         for (int v = 0; v < 2; v++) { /* two problems: different c, n, stride, split, persist */
             xent_config cfg = cfgs[k];
+            cfg.split = splits[rand_below(&s, 8)];
+            cfg.persist = (int)rand_below(&s, 2);
+            if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
             int ci = (int)((k + (size_t)v * 2 + rand_below(&s, 5)) % 5);
             spec sp;
-            spec_init(&sp, label, 1 + (int64_t)rand_below(&s, (uint64_t)sweep_nmax[ci]), sweep_c[ci]);
+            spec_init(&sp, label, 1, 1);
             sp.dt = d;
             sp.it = probs[k].targets;
             sp.red = probs[k].reduction;
             sp.weights = probs[k].has_weights;
             sp.smoothing = probs[k].label_smoothing;
             sp.lse = probs[k].write_lse;
-            sp.stride = rand_below(&s, 3) == 0 ? sp.c + 1 + (int64_t)rand_below(&s, 9) : 0;
+            /* the largest c of the list at or below ci that the config can run (TILE: shared memory) */
+            const int padded = rand_below(&s, 3) == 0;
+            const int64_t pad = 1 + (int64_t)rand_below(&s, 9);
+            xent_problem fp;
+            for (;; ci--) {
+                sp.c = ci >= 0 ? sweep_c[ci] : 1;
+                sp.n = 1 + (int64_t)rand_below(&s, (uint64_t)sweep_nmax[ci >= 0 ? ci : 0]);
+                sp.stride = padded && ci >= 0 ? sp.c + pad : 0;
+                spec_problem(&sp, &fp);
+                if (ci < 0 || xent_config_fits(&cfg, &fp, NULL, 0)) break;
+            }
             sp.off = rand_below(&s, 3) == 0 ? 1 + (int)rand_below(&s, 7) : 0;
             sp.p_ignore = rand_below(&s, 2) ? 0.1 : 0.0;
             sp.ignore_index = rand_below(&s, 4) == 0 ? sp.c / 2 : -100;
@@ -1247,8 +1294,6 @@ START_TEST(test_sweep) {
             sp.use_stream = (int)rand_below(&s, 2);
             sp.own_ws = rand_below(&s, 4) == 0;
             sp.quiet = 1;
-            cfg.split = splits[rand_below(&s, 8)];
-            cfg.persist = (int)rand_below(&s, 2);
             sp.cfg = &cfg;
             cfg_ok &= run_check(&sp);
         }
