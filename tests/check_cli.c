@@ -46,7 +46,7 @@ typedef struct result {
     char cmd[1024];     /* the command line, for messages */
 } result;
 
-static char tmpdir[64];
+static char tmpdir[128];
 
 static const char *tool(void)
 {
@@ -260,9 +260,13 @@ static int exists(const char *path)
 
 /* ---- fixtures ---------------------------------------------------------------- */
 
+/* Each test's directory lies in one directory of the run, which main removes
+ * at the end: a failed assertion ends a forked test before its teardown. */
+static char rundir[64];
+
 static void make_tmpdir(void)
 {
-    strcpy(tmpdir, "/tmp/check_cli.XXXXXX");
+    snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", rundir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     ck_assert_msg(access(tool(), X_OK) == 0,
                   "%s is not an executable (build it with make, run from the repo root, "
@@ -276,11 +280,13 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
-static void remove_tmpdir(void)
+static void remove_tree(const char *dir)
 {
-    if (tmpdir[0])
-        nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (dir[0])
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+static void remove_tmpdir(void) { remove_tree(tmpdir); }
 
 /* ---- text helpers ------------------------------------------------------------ */
 
@@ -363,11 +369,13 @@ static void parse_section(char **lines, int nlines, int *at, section *s, const r
                   r->cmd, s->count, nlines - *at - 1);
     s->configs = lines + *at + 1;
     for (int k = 0; k < s->count; k++) {
-        ck_assert_msg(is_config(s->configs[k], dtype_of(s->what)), "%s: candidate %d of '%s' is not a config line: '%s'", r->cmd,
-                      k + 1, s->what, s->configs[k]);
+        if (!is_config(s->configs[k], dtype_of(s->what)))
+            ck_abort_msg("%s: candidate %d of '%s' is not a config line: '%s'", r->cmd, k + 1, s->what,
+                         s->configs[k]);
+        /* Plain ifs: a passing Check assertion costs a write in fork mode. */
         for (int j = 0; j < k; j++)
-            ck_assert_msg(strcmp(s->configs[j], s->configs[k]) != 0, "%s: candidate listed twice: %s", r->cmd,
-                          s->configs[k]);
+            if (strcmp(s->configs[j], s->configs[k]) == 0)
+                ck_abort_msg("%s: candidate listed twice: %s", r->cmd, s->configs[k]);
     }
     const char *heur = lines[*at + s->count + 1];
     ck_assert_msg(strncmp(heur, "# heuristic: ", 13) == 0 && is_config(heur + 13, dtype_of(s->what)),
@@ -734,7 +742,9 @@ START_TEST(test_dry_run_shapes_file)
         parse_section(lines1, n1, &at1, &s1, &one);
         ck_assert_int_eq(s.count, s1.count);
         for (int k = 0; k < s.count; k++)
-            ck_assert_str_eq(s.configs[k], s1.configs[k]);
+            if (strcmp(s.configs[k], s1.configs[k]) != 0)
+                ck_abort_msg("%s: candidate %d differs alone: '%s' vs '%s'", r.cmd, k + 1, s.configs[k],
+                             s1.configs[k]);
         ck_assert_str_eq(s.heuristic, s1.heuristic);
         free_lines(lines1);
         result_free(&one);
@@ -1333,9 +1343,15 @@ static Suite *cli_suite(void)
 
 int main(void)
 {
+    strcpy(rundir, "/tmp/check_cli.XXXXXX");
+    if (!mkdtemp(rundir)) {
+        perror("check_cli: mkdtemp");
+        return EXIT_FAILURE;
+    }
     SRunner *sr = srunner_create(cli_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    remove_tree(rundir);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
