@@ -687,15 +687,14 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 }
 #endif
 
-/* ptxas' occupancy heuristic keeps small-block kernels lean (96 registers
- * where one block per SM would take 127), but it spills the smoothing sums at
- * 64 registers and squeezes 512-thread blocks to 40 (both seen spilling): those ask
- * for one block. */
-#if XENT_SMOOTHING || XENT_BLOCK >= 512
-#define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, 1)
-#else
-#define XENT_BOUNDS __launch_bounds__(XENT_BLOCK)
-#endif
+/* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
+ * registers and spilled; asking for one block per SM let others grow to 127
+ * where 96 suffice. So ask for the blocks that leave each thread its chunk
+ * plus room for addresses and sums. */
+#define REGS_CHUNK (XENT_ITEMS * XENT_VEC + (XENT_ITEMS * XENT_VEC > 64 ? 48 : 32))
+#define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING)
+#define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
+#define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
 
 extern "C" __global__ void XENT_BOUNDS
 xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,

@@ -112,8 +112,10 @@ static result run_argv(int timeout_s, const char *const *args)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         int in = open("/dev/null", O_RDONLY);
-        if (in >= 0)
+        if (in > 0) {
             dup2(in, 0);
+            close(in);
+        }
         dup2(po[1], 1);
         dup2(pe[1], 2);
         close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
@@ -1284,6 +1286,8 @@ START_TEST(test_foreign_and_truncated_db)
                   r.out);
     expect_in("stderr", r.err, "xent-tune: tune cache ", &r);
     expect_in("stderr", r.err, db, &r);
+    ck_assert_msg(strstr(r.err, "malformed") || strstr(r.err, "not a database"),
+                  "%s: the message does not say the file is damaged: %s", r.cmd, r.err);
     result_free(&r);
 }
 END_TEST
