@@ -56,8 +56,11 @@ static int in_list(const xent_knob *k, int v) {
 }
 
 /* Logits a thread may hold as one chunk, leaving registers for addresses and
- * sums (ptxas -v, sm_90: 128 fit in 255 registers, 32 in 128; 256 fp16 spill). */
-static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 128 : 32; }
+ * sums (ptxas -v, sm_90: 64 fit in about 100 registers, 32 in 128 at 512
+ * threads; 128 took 224 registers, too few warps, and measured slower). */
+static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 64 : 32; }
+
+static int chunk_limit(int block);
 
 static int refuse(char *why, size_t len, const char *reason) {
     if (why && len) snprintf(why, len, "%s", reason);
@@ -234,14 +237,14 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = 1;
     cfg->split = 1;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
-    int max_items = 128 / cfg->vec;
-    if (max_items > 32) max_items = 32;
-    if (nv <= 32L * max_items) {
+    int max_items = chunk_limit(128) / cfg->vec;
+    if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */
         long tpr = pow2_ceil((nv + 7) / 8);
         cfg->tpr = (int)(tpr > 32 ? 32 : tpr);
-        cfg->items = (int)pow2_ceil((nv + cfg->tpr - 1) / cfg->tpr);
+        long fit = pow2_ceil((nv + cfg->tpr - 1) / cfg->tpr);
+        cfg->items = (int)(fit > max_items ? max_items : fit);
         cfg->block = 128;
-        cfg->passes = 2;
+        cfg->passes = fit > max_items ? 1 : 2;
         return;
     }
     cfg->tpr = 512;

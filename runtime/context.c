@@ -76,7 +76,8 @@ static int open_device(xent_context *ctx, int ordinal) {
     int rc = read_device(ctx), pushed;
     if (rc || (rc = xent_ctx_enter(ctx, &pushed))) return rc;
     if ((r = ctx->drv->MemAlloc(&ctx->err_flag, 16)) != CUDA_SUCCESS ||
-        (r = ctx->drv->MemsetD8(ctx->err_flag, 0, 16)) != CUDA_SUCCESS)
+        (r = ctx->drv->MemsetD8(ctx->err_flag, 0, 16)) != CUDA_SUCCESS ||
+        (r = ctx->drv->StreamSynchronize(NULL)) != CUDA_SUCCESS) /* see alloc_workspace */
         rc = xent_fail_cuda(ctx, "allocating the error flag", r);
     xent_ctx_leave(ctx, pushed);
     return rc;
@@ -125,7 +126,8 @@ int xent_check_targets(xent_context *ctx, void *stream) {
     if (rc) return rc;
     CUresult r = ctx->drv->StreamSynchronize((CUstream)stream);
     if (r == CUDA_SUCCESS) r = ctx->drv->MemcpyDtoH(&flag, ctx->err_flag, sizeof flag);
-    if (r == CUDA_SUCCESS && flag) r = ctx->drv->MemsetD8(ctx->err_flag, 0, sizeof flag);
+    if (r == CUDA_SUCCESS && flag) r = ctx->drv->MemsetD8Async(ctx->err_flag, 0, sizeof flag, (CUstream)stream);
+    if (r == CUDA_SUCCESS && flag) r = ctx->drv->StreamSynchronize((CUstream)stream);
     if (r != CUDA_SUCCESS) rc = xent_fail_cuda(ctx, "xent_check_targets", r);
     else if (flag)
         rc = xent_fail(ctx, XENT_EBADTARGET,

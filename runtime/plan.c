@@ -71,6 +71,8 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
     return XENT_SOURCE_HEURISTIC;
 }
 
+static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+
 int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
                       const xent_config *cfg, unsigned *grid, size_t *workspace) {
     long long teams = cfg->block / cfg->tpr;
@@ -86,9 +88,9 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
     if (groups > 0x7fffffffLL) groups = 0x7fffffffLL; /* the grid-stride loop covers the rest */
     *grid = (unsigned)groups;
     size_t ws = 16 + 16 * (size_t)*grid;
-    if (cfg->split > 1) {
-        int part_floats = 3 + (p->label_smoothing > 0 ? 1 + (p->has_weights ? 1 : 0) : 0);
-        ws += (((size_t)p->n * 4 + 15) & ~(size_t)15) + (size_t)p->n * cfg->split * part_floats * 4;
+    if (cfg->split > 1) { /* the template's layout: arrivals, partials, row results */
+        size_t part_floats = 3 + (p->label_smoothing > 0 ? 1 + (p->has_weights ? 1 : 0) : 0);
+        ws += align16((size_t)p->n * 4) + align16((size_t)p->n * cfg->split * part_floats * 4) + 16 * (size_t)p->n;
     }
     *workspace = ws;
     return XENT_OK;
@@ -112,6 +114,9 @@ static int alloc_workspace(xent_context *ctx, xent_plan *plan) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return xent_fail(ctx, XENT_ENOMEM, "workspace of %zu bytes", plan->workspace_size);
     if (r == CUDA_SUCCESS) r = ctx->drv->MemsetD8(plan->workspace, 0, plan->workspace_size);
+    /* cuMemset is ordered only on the legacy stream: finish it before a launch
+     * on a non-blocking stream can overtake it. */
+    if (r == CUDA_SUCCESS) r = ctx->drv->StreamSynchronize(NULL);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "allocating the workspace", r);
 }
 

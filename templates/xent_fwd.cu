@@ -25,10 +25,12 @@
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
  * Launch parameters (not compiled in): split (teams per row) and the grid size.
  *
- * Workspace (zeroed once; every launch leaves it zeroed again):
+ * Workspace (zeroed once; every launch leaves its counters zero again):
  *   [0, 16)                 unsigned ticket of the last-block sum
  *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
+ *                           (16-aligned), double2 row results[n] (summed in row order, so
+ *                           the result does not depend on which team finished a row)
  */
 
 #ifndef XENT_VEC
@@ -127,9 +129,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-/* exp2 of (x - m) * log2(e); m is never -inf here (see safe_max). */
-__device__ __forceinline__ float exp_shifted(float x, float m_log2e) {
-    return fast_exp2(fmaf(x, LOG2E, -m_log2e));
+/* exp(x - m) with m a shift from safe_max. The subtraction comes first so
+ * that x == m gives exactly 1: an fma(x, log2e, -m*log2e) keeps the rounding
+ * of m*log2e and drifts every rescale by up to 2^(|m| * 6e-8). */
+__device__ __forceinline__ float exp_shifted(float x, float m) {
+    return fast_exp2((x - m) * LOG2E);
 }
 
 /* A max usable as a shift: an all -inf prefix keeps the sum at 0, not NaN. */
@@ -204,8 +208,8 @@ __device__ __forceinline__ void acc_side(acc &a, float x, int j, int t, const fl
 /* Merge b into a: rescale both sums to the larger max. */
 __device__ __forceinline__ void acc_merge(acc &a, const acc &b) {
     float m = fmaxf(a.m, b.m);
-    float ml = safe_max(m) * LOG2E;
-    a.s = a.s * fast_exp2(fmaf(a.m, LOG2E, -ml)) + b.s * fast_exp2(fmaf(b.m, LOG2E, -ml));
+    float shift = safe_max(m);
+    a.s = a.s * exp_shifted(a.m, shift) + b.s * exp_shifted(b.m, shift);
     a.m = m;
     a.xt += b.xt;
 #if XENT_SMOOTHING
@@ -315,7 +319,7 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
 __device__ __forceinline__ void chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
                                           const row_layout &l, int vb, int v1, int lane, int t,
                                           const float *__restrict__ w) {
-    const float ml = safe_max(a.m) * LOG2E;
+    const float ml = safe_max(a.m);
     const int valid = v1 - (vb + lane);
     const int j_lane = l.head + (vb + lane) * XENT_VEC; /* first element of item 0 */
     float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds */
@@ -353,7 +357,7 @@ __device__ __forceinline__ float scalars_max(const row_layout &l, int c, int lan
 __device__ __forceinline__ void scalar_sum(acc &a, const row_layout &l, int j, int t,
                                            const float *__restrict__ w) {
     float x = load_scalar(l.p, j);
-    a.s += exp_shifted(x, safe_max(a.m) * LOG2E);
+    a.s += exp_shifted(x, safe_max(a.m));
     acc_side(a, x, j, t, w);
 }
 
@@ -378,7 +382,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
     for (int vb = v0; vb < v1; vb += CHUNK) {
         load_chunk(l, vb, v1, lane, r);
         float m = fmaxf(a.m, chunk_max(r));
-        a.s *= fast_exp2(fmaf(a.m, LOG2E, -safe_max(m) * LOG2E));
+        a.s *= exp_shifted(a.m, safe_max(m));
         a.m = m;
         chunk_sum(a, r, l, vb, v1, lane, t, w);
     }
@@ -441,7 +445,7 @@ __device__ __forceinline__ row_result finish_row(const acc &a, long long t, long
     float nll = wt * ((a.m - a.xt) + logf(a.s)); /* from x - max, as log_softmax: exact for huge logits */
 #if XENT_SMOOTHING
 #if XENT_WEIGHTS
-    float smooth = lse * a.sw - a.sx;
+    float smooth = __fmul_rn(lse, a.sw) - a.sx; /* no fma: c == 1 must give exactly 0 */
 #else
     float smooth = lse * (float)c - a.sx;
 #endif
@@ -497,7 +501,7 @@ __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const flo
     float m = neg_inf();
     for (int j = 0; j < c; j++) m = fmaxf(m, tile_elem(x[j]));
     a.m = m;
-    const float ml = safe_max(m) * LOG2E;
+    const float ml = safe_max(m);
     for (int j = 0; j < c; j++) {
         float v = tile_elem(x[j]);
         a.s += exp_shifted(v, ml);
@@ -582,9 +586,10 @@ __device__ __forceinline__ void block_sum2(double &x, double &y) {
     __syncthreads();
 }
 
-/* Last-block reduction of the per-block partials into the scalar loss. */
+/* Last-block reduction of the per-block partials (and, for split rows, the
+ * per-row results) into the scalar loss, in a fixed order. */
 __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
-                                 unsigned char *ws) {
+                                 unsigned char *ws, const double *row_results, long long n) {
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double *parts = (double *)(ws + 16);
@@ -602,6 +607,10 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     for (unsigned b = threadIdx.x; b < gridDim.x; b += XENT_BLOCK) {
         l += __ldcg(parts + 2 * b);
         wsum += __ldcg(parts + 2 * b + 1);
+    }
+    for (long long i = threadIdx.x; row_results && i < n; i += XENT_BLOCK) {
+        l += __ldcg(row_results + 2 * i);
+        wsum += __ldcg(row_results + 2 * i + 1);
     }
     block_sum2(l, wsum);
     if (threadIdx.x == 0) {
@@ -639,6 +648,17 @@ __device__ __forceinline__ void emit_row(const kargs &k, long long row, const ro
 #endif
 }
 
+__device__ __forceinline__ size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+__device__ __forceinline__ int *split_arrivals(const kargs &k) {
+    return (int *)(k.ws + 16 + 16 * (size_t)gridDim.x);
+}
+__device__ __forceinline__ float *split_parts(const kargs &k) {
+    return (float *)((unsigned char *)split_arrivals(k) + align16((size_t)k.n * 4));
+}
+__device__ __forceinline__ double *split_results(const kargs &k) {
+    return (double *)((unsigned char *)split_parts(k) + align16((size_t)k.n * k.split * PART_FLOATS * 4));
+}
+
 #if XENT_TILE
 __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, double &weight_acc) {
     extern __shared__ tile_t tile[];
@@ -663,8 +683,8 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
     const long long work = k.n * k.split;
     /* Uniform for all teams, so 2-pass team reductions stay in step. */
     const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
-    int *arrivals = (int *)(k.ws + 16 + 16 * (size_t)gridDim.x);
-    float *parts = (float *)((unsigned char *)arrivals + (((size_t)k.n * 4 + 15) & ~(size_t)15));
+    int *arrivals = split_arrivals(k);
+    float *parts = split_parts(k);
     for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
         const long long w = base + team;
         const bool active = w < work;
@@ -682,7 +702,13 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
         if (lane != 0 || !active) continue;
         if (k.split > 1 && !combine_split(a, row, seg, k.split, arrivals, parts)) continue;
         row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
-        emit_row(k, row, r, loss_acc, weight_acc);
+        if (k.split > 1 && XENT_REDUCTION != 0) {
+            double *res = split_results(k) + 2 * row;
+            res[0] = r.loss;
+            res[1] = r.weight;
+        } else {
+            emit_row(k, row, r, loss_acc, weight_acc);
+        }
     }
 }
 #endif
@@ -691,7 +717,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * registers and spilled; asking for one block per SM let others grow to 127
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
  * plus room for addresses and sums. */
-#define REGS_CHUNK (XENT_ITEMS * XENT_VEC + (XENT_ITEMS * XENT_VEC > 64 ? 48 : 32))
+#define REGS_CHUNK (XENT_ITEMS * XENT_VEC + 32)
 #define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING)
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
@@ -709,6 +735,6 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
     team_rows(k, loss_acc, weight_acc);
 #endif
 #if XENT_REDUCTION != 0
-    finish_reduction(loss_acc, weight_acc, loss, ws);
+    finish_reduction(loss_acc, weight_acc, loss, ws, split > 1 ? split_results(k) : NULL, n);
 #endif
 }
