@@ -614,7 +614,8 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     }
     block_sum2(l, wsum);
     if (threadIdx.x == 0) {
-        *loss = XENT_REDUCTION == 2 ? (float)(l / wsum) : (float)l;
+        /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
+        *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
         *ticket = 0u;
     }
 }

@@ -299,6 +299,26 @@ START_TEST(test_smoothing_weights)
 }
 END_TEST
 
+START_TEST(test_smoothing_zero_weight_sum)
+{
+    /* Targets whose weights are all 0 with eps > 0: PyTorch's nll mean is 0/0
+       = NaN, so the mean is NaN although the smoothing part alone is finite
+       (0.25/3 * smooth / 0 would be +inf); the sum stays finite. Seen on the
+       H200 through the PyTorch cross-check, 2026-12-02. */
+    const float w[3] = {0, 2, 0};
+    const int64_t t[2] = {2, 0};
+    double out[2];
+    xent_problem p = prob(2, 3, XENT_REDUCE_MEAN);
+    p.label_smoothing = 0.25f;
+    p.has_weights = 1;
+    ck_assert_int_eq(xent_ref_forward(&p, ROWS2, t, w, out, NULL, NULL), XENT_OK);
+    ck_assert(isnan(out[0]));
+    p.reduction = XENT_REDUCE_SUM;
+    ck_assert_int_eq(xent_ref_forward(&p, ROWS2, t, w, out, NULL, NULL), XENT_OK);
+    ck_assert(isfinite(out[0]) && out[0] > 0);
+}
+END_TEST
+
 START_TEST(test_smoothing_one)
 {
     /* eps = 1: only the smoothing term, smooth/c = (3*lse - 6)/3 = lse - 2 = 1.4076059644443806 */
@@ -844,6 +864,7 @@ static Suite *reference_suite(void)
     tcase_add_test(tc, test_weights);
     tcase_add_test(tc, test_smoothing_no_weights);
     tcase_add_test(tc, test_smoothing_weights);
+    tcase_add_test(tc, test_smoothing_zero_weight_sum);
     tcase_add_test(tc, test_smoothing_one);
     tcase_add_test(tc, test_reduction_consistency);
     tcase_add_test(tc, test_bad_targets);

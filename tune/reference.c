@@ -275,7 +275,10 @@ static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows)
     if (jb->p->reduction == XENT_REDUCE_SUM)
         out[0] = loss;
     else if (jb->p->reduction == XENT_REDUCE_MEAN)
-        out[0] = loss / weight; /* all ignored: 0/0 = NaN, as PyTorch */
+        /* PyTorch divides its nll and smoothing means separately by the same
+         * weight: a zero weight makes the nll part 0/0 = NaN, so the mean is NaN
+         * even when the smoothing part alone would be finite or infinite. */
+        out[0] = weight == 0.0 ? NAN : loss / weight;
     if (bad_rows)
         *bad_rows = bad;
 }
