@@ -49,7 +49,8 @@ typedef enum xent_index { XENT_I32 = 0, XENT_I64 = 1 } xent_index;
 typedef enum xent_reduction {
     XENT_REDUCE_NONE = 0, /**< one fp32 loss per row (ignored rows give 0) */
     XENT_REDUCE_SUM = 1,  /**< the sum of the row losses, one fp32 */
-    XENT_REDUCE_MEAN = 2  /**< the sum over the sum of the weights of the non-ignored targets */
+    XENT_REDUCE_MEAN = 2  /**< the sum over the sum of the weights of the non-ignored targets
+                               (NaN when that sum is 0, e.g. every target ignored, as PyTorch) */
 } xent_reduction;
 
 /**

@@ -1,0 +1,142 @@
+/* check_tune — the tuner end to end on the GPU: small problems are tuned
+ * into a fresh cache, the winner is stored with its trials, and a new
+ * context then serves that exact configuration from the user cache and
+ * computes the right loss with it. Without a GPU it fails (never passes). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tune/reference.h"
+#include "tune/tune.h"
+
+static char db_path[256];
+
+static void tune_into(const char *path, xent_problem *p, xent_tune_result *r) {
+    xent_context *ctx;
+    int rc = xent_context_create(&ctx, 0);
+    ck_assert_msg(rc == XENT_OK, "%s: %s", xent_errstr(rc), xent_errmsg(ctx));
+    tc_db *db;
+    char err[512];
+    ck_assert_int_eq(tc_open(path, 0, &db, err, sizeof err), XENT_OK);
+    xent_tune_opts o;
+    xent_tune_opts_init(&o);
+    o.budget_s = 4;
+    o.db = db;
+    o.settings = "check_tune";
+    rc = xent_tune(ctx, p, &o, r);
+    ck_assert_msg(rc == XENT_OK, "xent_tune: %s: %s", xent_errstr(rc), xent_errmsg(ctx));
+    tc_close(db);
+    xent_context_destroy(ctx);
+}
+
+/* A new context, reading the cache through $XENT_TUNECACHE, must serve the
+ * stored winner and compute the reference's loss with it. */
+static void serve_and_check(const xent_problem *p, const xent_config *want) {
+    setenv("XENT_TUNECACHE", db_path, 1);
+    xent_context *ctx;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_plan *plan;
+    ck_assert_int_eq(xent_plan_get(ctx, p, &plan), XENT_OK);
+    ck_assert_int_eq(xent_plan_source(plan), XENT_SOURCE_USER_DB);
+    ck_assert_mem_eq(&plan->config, want, sizeof *want);
+
+    size_t nl = (size_t)p->n * (size_t)p->c;
+    float *hl = malloc(nl * 4);
+    int64_t *ht = malloc((size_t)p->n * 8);
+    ck_assert(hl && ht);
+    for (size_t i = 0; i < nl; i++) hl[i] = (float)((i * 2654435761u) % 1000) / 250.0f;
+    for (int64_t i = 0; i < p->n; i++) ht[i] = (i * 7919) % p->c;
+    double ref;
+    ck_assert_int_eq(xent_ref_forward(p, hl, ht, NULL, &ref, NULL, NULL), XENT_OK);
+    const xent_driver *d = ctx->drv;
+    int pushed;
+    ck_assert_int_eq(xent_ctx_enter(ctx, &pushed), XENT_OK);
+    CUdeviceptr lg, tg, ls;
+    ck_assert_int_eq(d->MemAlloc(&lg, nl * 4), CUDA_SUCCESS);
+    ck_assert_int_eq(d->MemAlloc(&tg, (size_t)p->n * 8), CUDA_SUCCESS);
+    ck_assert_int_eq(d->MemAlloc(&ls, 4), CUDA_SUCCESS);
+    ck_assert_int_eq(d->MemcpyHtoD(lg, hl, nl * 4), CUDA_SUCCESS);
+    ck_assert_int_eq(d->MemcpyHtoD(tg, ht, (size_t)p->n * 8), CUDA_SUCCESS);
+    ck_assert_int_eq(d->MemsetD8(ls, 0xff, 4), CUDA_SUCCESS);
+    xent_args a = {(void *)lg, (void *)tg, NULL, (float *)ls, NULL, NULL};
+    ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_OK);
+    ck_assert_int_eq(xent_check_targets(ctx, NULL), XENT_OK);
+    float loss;
+    ck_assert_int_eq(d->MemcpyDtoH(&loss, ls, 4), CUDA_SUCCESS);
+    ck_assert_msg(fabs(loss - ref) <= 1e-5 * fabs(ref), "served plan gave %g, reference %g", loss, ref);
+    d->MemFree(lg);
+    d->MemFree(tg);
+    d->MemFree(ls);
+    xent_ctx_leave(ctx, pushed);
+    free(hl);
+    free(ht);
+    xent_context_destroy(ctx);
+}
+
+static void tune_case(int64_t n, int64_t c) {
+    xent_problem p;
+    xent_problem_init(&p, n, c);
+    xent_tune_result r;
+    tune_into(db_path, &p, &r);
+    ck_assert_int_eq(r.best.status, TRIAL_OK);
+    ck_assert(r.best.us > 0 && r.floor_us > 0 && r.heuristic.us > 0);
+    ck_assert(r.best.us <= r.heuristic.us); /* the winner is never slower than the default */
+    ck_assert_int_gt(r.timed, 0);
+    ck_assert_int_eq(r.failed, 0);
+    printf("check_tune: %lldx%lld: %d candidates, %d timed, %.2f us (heuristic %.2f, floor %.2f), %.1f s\n",
+           (long long)n, (long long)c, r.candidates, r.timed, r.best.us, r.heuristic.us, r.floor_us, r.wall_s);
+
+    tc_db *db;
+    char err[512];
+    ck_assert_int_eq(tc_open(db_path, 1, &db, err, sizeof err), XENT_OK);
+    tc_key key;
+    tc_entry e;
+    xent_context *ctx;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_tc_key(ctx, &p, &key);
+    xent_context_destroy(ctx);
+    ck_assert_int_eq(tc_get(db, &key, &e), XENT_OK);
+    char cfg[200];
+    xent_config_format(&r.best.config, cfg, sizeof cfg);
+    ck_assert_str_eq(e.config, cfg);
+    ck_assert(fabs(e.us - r.best.us) < 1e-9 * r.best.us);
+    tc_close(db);
+    xent_tune_result_free(&r);
+    serve_and_check(&p, &r.best.config);
+}
+
+START_TEST(tune_small_shapes) {
+    tune_case(1000, 10);
+    tune_case(256, 4096);
+    tune_case(8, 50257);
+}
+END_TEST
+
+int main(void) {
+    xent_context *probe;
+    int rc = xent_context_create(&probe, 0);
+    if (rc) {
+        printf("check_tune: FAILED: no GPU (%s: %s); this suite runs on the GPU machine only\n", xent_errstr(rc),
+               xent_errmsg(probe));
+        xent_context_destroy(probe);
+        return 1;
+    }
+    xent_context_destroy(probe);
+    snprintf(db_path, sizeof db_path, "/tmp/xent_check_tune_%ld.db", (long)getpid());
+    unlink(db_path);
+    Suite *s = suite_create("tune");
+    TCase *tc = tcase_create("end to end");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, tune_small_shapes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* one process: a GPU context per test is costly */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    unlink(db_path);
+    return failed ? 1 : 0;
+}
