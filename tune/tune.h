@@ -19,8 +19,7 @@ typedef enum trial_status {
     TRIAL_COMPILE_ERROR,
     TRIAL_WRONG,
     TRIAL_LAUNCH_ERROR,
-    TRIAL_PRUNED,
-    TRIAL_SPILLS
+    TRIAL_PRUNED
 } trial_status;
 
 typedef struct xent_trial {

@@ -269,7 +269,7 @@ typedef struct search {
 } search;
 
 static const char *status_name(trial_status s) {
-    static const char *names[] = {"ok", "compile-error", "wrong", "launch-error", "pruned", "spills"};
+    static const char *names[] = {"ok", "compile-error", "wrong", "launch-error", "pruned"};
     return names[s];
 }
 
