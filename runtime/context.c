@@ -88,7 +88,7 @@ int xent_context_create(xent_context **out, int ordinal) {
     *out = NULL;
     xent_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return XENT_ENOMEM;
-    pthread_mutex_init(&ctx->lock, NULL);
+    pthread_rwlock_init(&ctx->lock, NULL);
     ctx->ordinal = ordinal;
     *out = ctx;
     int rc;
@@ -108,7 +108,7 @@ void xent_context_destroy(xent_context *ctx) {
     if (ctx->cuctx) ctx->drv->DevicePrimaryCtxRelease(ctx->dev);
     tc_close(ctx->user_db);
     tc_close(ctx->shipped_db);
-    pthread_mutex_destroy(&ctx->lock);
+    pthread_rwlock_destroy(&ctx->lock);
     free(ctx);
 }
 

@@ -215,10 +215,16 @@ int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan) {
     xent_problem key;
     xent_problem_normalize(p, &key);
     uint64_t h = problem_hash(&key);
-    pthread_mutex_lock(&ctx->lock);
+    /* Lookups share the lock, so a thread building a new plan (a compile)
+     * never stalls launches of plans already built. */
+    pthread_rwlock_rdlock(&ctx->lock);
+    *plan = memo_find(ctx, &key, h);
+    pthread_rwlock_unlock(&ctx->lock);
+    if (*plan) return XENT_OK;
+    pthread_rwlock_wrlock(&ctx->lock);
     int rc = XENT_OK;
-    if (!(*plan = memo_find(ctx, &key, h))) rc = plan_miss(ctx, &key, h, plan);
-    pthread_mutex_unlock(&ctx->lock);
+    if (!(*plan = memo_find(ctx, &key, h))) rc = plan_miss(ctx, &key, h, plan); /* another thread may have won */
+    pthread_rwlock_unlock(&ctx->lock);
     return rc;
 }
 

@@ -40,7 +40,7 @@ struct xent_context {
     int arch;                /* 10*major + minor */
     xent_device_info info;
     CUdeviceptr err_flag;    /* sticky bad-target flag written by kernels */
-    pthread_mutex_t lock;    /* plans, caches and the message */
+    pthread_rwlock_t lock;   /* plans (read: lookups; write: building one), caches */
     plan_slot *slots;        /* open addressing, power-of-two capacity */
     size_t nslots, nplans;
     int dbs_opened;
