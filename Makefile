@@ -18,7 +18,7 @@ CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
-.PHONY: all test test-gpu install clean
+.PHONY: all test test-gpu install clean FORCE
 all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS)
 
 $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
@@ -28,6 +28,13 @@ $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
+
+# The shipped caches' folder is compiled in: rebuild the one object that uses it when PREFIX changes.
+$(BUILD)/prefix: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+$(BUILD)/runtime/plan.o: $(BUILD)/prefix
+FORCE:
 
 $(BUILD)/templates.o: $(BUILD)/templates.c
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
