@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test crosscheck tune exhaustive sweep export bench
+#   tools/gpu-session.sh info test crosscheck tune exhaustive explore sweep export bench
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -44,6 +44,14 @@ for s in "$@"; do
         stage "staged search vs exhaustive (a separate cache)"
         for sh in ${EXHAUSTIVE_SHAPES:-32768x4096 64x262144 1048576x10}; do
             run $TUNE --gpu h200 --shape "$sh" -q --db /tmp/xent-exhaustive.db --exhaustive --top 3
+        done ;;
+    explore)
+        # open performance questions (docs/performance.md): what the fused mean
+        # costs at the reference shape, and bf16 against a row-losses-only kernel
+        stage "explore"
+        for red in none mean; do
+            run $TUNE --gpu h200 --shape 32768x4096 --reduction $red -q --top 3 --db /tmp/xent-explore.db
+            run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red -q --top 3 --db /tmp/xent-explore.db
         done ;;
     sweep)
         stage "sweep for the shipped cache"
