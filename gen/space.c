@@ -60,8 +60,6 @@ static int in_list(const xent_knob *k, int v) {
  * threads; 128 took 224 registers, too few warps, and measured slower). */
 static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 64 : 32; }
 
-static int chunk_limit(int block);
-
 static int refuse(char *why, size_t len, const char *reason) {
     if (why && len) snprintf(why, len, "%s", reason);
     return 0;
