@@ -97,7 +97,7 @@ START_TEST(parse_rejects_bad_text) {
 END_TEST
 
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -105,11 +105,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -153,7 +153,7 @@ START_TEST(relevant_candidates_are_a_legal_subset) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
