@@ -122,7 +122,7 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     long nv = (p->c + c->vec - 1) / c->vec;
     long seg = (nv + c->split - 1) / c->split;
     if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
-    if (seg > (long)c->tpr * 256) return 0; /* too many vectors per thread */
+    if (seg > (long)c->tpr * 256 && c->tpr < 512) return 0; /* too many vectors per thread, unless no wider team exists */
     long fit = pow2_ceil((seg + c->tpr - 1) / c->tpr);
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;

@@ -134,7 +134,9 @@ START_TEST(heuristic_is_legal_and_covers_rows) {
 END_TEST
 
 START_TEST(relevant_candidates_are_a_legal_subset) {
-    const long long shapes[][2] = {{32768, 4096}, {64, 262144}, {1048576, 10}, {1, 1}, {16384, 50257}};
+    /* the last two: rows too long for any team's registers still get candidates */
+    const long long shapes[][2] = {{32768, 4096}, {64, 262144}, {1048576, 10}, {1, 1}, {16384, 50257},
+                                   {4096, 1048576}, {1, 134217728}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         xent_problem p;
         xent_problem_init(&p, shapes[i][0], shapes[i][1]);
