@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#include "tests/run_suite.h"
 
 static int driver_present(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -204,9 +205,5 @@ int main(void) {
     tcase_add_test(tc, gpu_keys_from_device_names);
     tcase_add_test(tc, normalized_problems_compare_by_value);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "tests/run_suite.h"
 
 /* ---- running the tool -------------------------------------------------- */
 
@@ -1352,10 +1353,7 @@ int main(void)
         perror("check_cli: mkdtemp");
         return EXIT_FAILURE;
     }
-    SRunner *sr = srunner_create(cli_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = run_suite(cli_suite());
     remove_tree(rundir);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return rc;
 }

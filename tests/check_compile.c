@@ -12,6 +12,7 @@
 
 #include "gen/gen.h"
 #include "tune/tune.h"
+#include "tests/run_suite.h"
 
 #define ARCH 90
 
@@ -210,9 +211,5 @@ int main(void) {
     tcase_add_test(tc, sample_f16);
     tcase_add_test(tc, sample_bf16);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tune/reference.h"
+#include "tests/run_suite.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -908,9 +909,5 @@ static Suite *reference_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(reference_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite(reference_suite());
 }

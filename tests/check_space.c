@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gen/gen.h"
+#include "tests/run_suite.h"
 
 static const xent_dtype dtypes[] = {XENT_F32, XENT_F16, XENT_BF16};
 
@@ -189,9 +190,5 @@ int main(void) {
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/run_suite.h"
 
 /* ---- fixtures --------------------------------------------------------- */
 
@@ -1048,9 +1049,5 @@ static Suite *tunecache_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(tunecache_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite(tunecache_suite());
 }
