@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test crosscheck tune exhaustive explore sweep export bench
+#   tools/gpu-session.sh info test crosscheck tune example exhaustive explore sweep export bench
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -50,9 +50,15 @@ for s in "$@"; do
         # costs at the reference shape, and bf16 against a row-losses-only kernel
         stage "explore"
         for red in none mean; do
-            run $TUNE --gpu h200 --shape 32768x4096 --reduction $red -q --top 3 --db /tmp/xent-explore.db
+            for sh in ${EXPLORE_SHAPES:-32768x4096 1048576x10 64x262144}; do
+                run $TUNE --gpu h200 --shape "$sh" --reduction $red -q --top 3 --db /tmp/xent-explore.db
+            done
             run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red -q --top 3 --db /tmp/xent-explore.db
         done ;;
+    example)
+        # the C API end to end, from the tune cache the tune stage filled
+        stage "C example"
+        run build/xent-example ;;
     sweep)
         stage "sweep for the shipped cache"
         run $TUNE --gpu h200 --shapes-file tunecache/sweep-shapes.txt --budget "${SWEEP_BUDGET:-6}" -q --top 1
