@@ -38,8 +38,8 @@ for s in "$@"; do
         run python3 tests/gpu/torch_crosscheck.py ;;
     tune)
         stage "tune the benchmark shapes"
-        for sh in $BENCH_SHAPES; do run $TUNE --gpu h200 --shape "$sh" -q --top 3; done
-        for sh in $BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 -q --top 3; done ;;
+        for sh in $BENCH_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top 3; done
+        for sh in $BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 --budget "${TUNE_BUDGET:-10}" -q --top 3; done ;;
     exhaustive)
         stage "staged search vs exhaustive (a separate cache)"
         for sh in ${EXHAUSTIVE_SHAPES:-32768x4096 64x262144 1048576x10}; do
@@ -51,9 +51,9 @@ for s in "$@"; do
         stage "explore"
         for red in none mean; do
             for sh in ${EXPLORE_SHAPES:-32768x4096 1048576x10 64x262144}; do
-                run $TUNE --gpu h200 --shape "$sh" --reduction $red -q --top 3 --db /tmp/xent-explore.db
+                run $TUNE --gpu h200 --shape "$sh" --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
             done
-            run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red -q --top 3 --db /tmp/xent-explore.db
+            run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
         done ;;
     example)
         # the C API end to end, from the tune cache the tune stage filled
