@@ -25,8 +25,9 @@ const xent_knob xent_knobs[] = {
      KNOB_RENDER, 2, {0, 1}, KNOB(tile)},
     {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
      8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split)},
-    {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows", KNOB_LAUNCH,
-     2, {0, 1}, KNOB(persist)},
+    {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
+     "rows taken from a counter as teams finish (no uneven last round)", KNOB_LAUNCH,
+     3, {0, 1, 2}, KNOB(persist)},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -80,6 +81,8 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
     if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || vbytes != 4 || cfg->split != 1))
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1 and 4-byte VEC");
+    if (cfg->tile && cfg->persist == 2)
+        return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its blocks stage whole tiles in step)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
     if (cfg->items * cfg->vec > chunk_limit(cfg->block))
         return refuse(why, len, "ITEMS * VEC exceeds what the registers of a thread of this BLOCK hold");

@@ -22,7 +22,7 @@ typedef struct xent_config {
     int passes;  /* 1 online, 2 max then sum */
     int cache;   /* load cache hint */
     int split;   /* teams per row (launch) */
-    int persist; /* 1: grid of at most the resident blocks (launch) */
+    int persist; /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
     int tile;    /* 1: rows staged in shared memory, a thread per row */
 } xent_config;
 

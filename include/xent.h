@@ -77,7 +77,7 @@ typedef struct xent_args {
     const float *weights;   /**< device, c fp32 class weights; NULL unless has_weights */
     float *loss;            /**< device, 1 fp32 (sum, mean) or n fp32 (none) */
     float *lse;             /**< device, n fp32 log-sum-exp per row; NULL unless write_lse */
-    void *workspace;        /**< device scratch from xent_workspace_size, or NULL for the plan's own */
+    void *workspace;        /**< 16-byte aligned device scratch of xent_workspace_size bytes, or NULL for the plan's own */
 } xent_args;
 
 /** Where a plan's kernel configuration came from. */

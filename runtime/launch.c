@@ -15,6 +15,8 @@ static int check_args(xent_plan *plan, const xent_args *a) {
         return xent_fail(ctx, XENT_EINVAL, "xent_args: logits are not aligned to their element size");
     if ((uintptr_t)a->targets % (p->targets == XENT_I64 ? 8 : 4))
         return xent_fail(ctx, XENT_EINVAL, "xent_args: targets are not aligned to their element size");
+    if ((uintptr_t)a->workspace % 16)
+        return xent_fail(ctx, XENT_EINVAL, "xent_args: workspace is not 16-byte aligned");
     return XENT_OK;
 }
 
@@ -26,10 +28,10 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
     const xent_problem *p = &plan->problem;
     CUdeviceptr ws = a->workspace ? (CUdeviceptr)a->workspace : plan->workspace;
     long long n = p->n, stride = p->row_stride, ignore = p->ignore_index;
-    int c = (int)p->c, split = plan->config.split;
+    int c = (int)p->c, split = plan->config.split, dynamic = plan->config.persist == 2;
     float smoothing = p->label_smoothing;
     void *params[] = {(void *)&a->logits, (void *)&a->targets, (void *)&a->weights, (void *)&a->loss,
-                      (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split};
+                      (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split, &dynamic};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,

@@ -23,10 +23,12 @@
  * Problem defines (set from the problem, never tuned):
  *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
- * Launch parameters (not compiled in): split (teams per row) and the grid size.
+ * Launch parameters (not compiled in): split (teams per row), the grid size and
+ * dynamic (PERSIST=2: a persistent grid that takes item groups from a counter).
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
- *   [0, 16)                 unsigned ticket of the last-block sum
+ *   [0, 4)                  unsigned ticket of the last block
+ *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
  *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
  *                           (16-aligned), double2 row results[n] (summed in row order, so
@@ -617,6 +619,17 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
         /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
         *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
         *ticket = 0u;
+        *(unsigned long long *)(ws + 8) = 0ull; /* the dynamic work counter */
+    }
+}
+#else
+/* Without a reduction, dynamic scheduling still needs a last block: it zeroes
+ * the counter once every block has stopped taking work. */
+__device__ void reset_counter(unsigned char *ws) {
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd((unsigned *)ws, 1u) == gridDim.x - 1) {
+        *(unsigned *)ws = 0u;
+        *(unsigned long long *)(ws + 8) = 0ull;
     }
 }
 #endif
@@ -632,6 +645,7 @@ struct kargs {
     long long n, stride, ignore_index;
     int c, split;
     float smoothing;
+    int dynamic; /* PERSIST=2: items taken from a counter */
 };
 
 /* A finished row goes to the output (none) or into this thread's sums. */
@@ -678,39 +692,82 @@ __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, doub
     }
 }
 #else
+/* One work item for this team: a row, or one segment of it (split > 1). */
+__device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
+                                          double &loss_acc, double &weight_acc) {
+    const long long row = active ? w / k.split : 0;
+    const int seg = active ? (int)(w - row * k.split) : 0;
+    const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
+    const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
+    row_layout l = layout(k.logits, row, k.stride, k.c);
+    const int per = (l.nv + k.split - 1) / k.split;
+    const int v0 = active ? min(seg * per, l.nv) : 0;
+    const int v1 = active ? min(v0 + per, l.nv) : 0;
+
+    acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
+    team_merge(a);
+    if (lane != 0 || !active) return;
+    if (k.split > 1 && !combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
+    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+    if (k.split > 1 && XENT_REDUCTION != 0) {
+        double *res = split_results(k) + 2 * row;
+        res[0] = r.loss;
+        res[1] = r.weight;
+    } else {
+        emit_row(k, row, r, loss_acc, weight_acc);
+    }
+}
+
+/* The work counter of dynamic scheduling (PERSIST=2), in the workspace header. */
+__device__ __forceinline__ unsigned long long *work_counter(const kargs &k) {
+    return (unsigned long long *)(k.ws + 8);
+}
+
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
-    const int team = threadIdx.x / XENT_TPR;
     const int lane = threadIdx.x % XENT_TPR;
     const long long work = k.n * k.split;
     /* Uniform for all teams, so 2-pass team reductions stay in step. */
     const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
-    int *arrivals = split_arrivals(k);
-    float *parts = split_parts(k);
-    for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
-        const long long w = base + team;
-        const bool active = w < work;
-        const long long row = active ? w / k.split : 0;
-        const int seg = active ? (int)(w - row * k.split) : 0;
-        const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
-        const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
-        row_layout l = layout(k.logits, row, k.stride, k.c);
-        const int per = (l.nv + k.split - 1) / k.split;
-        const int v0 = active ? min(seg * per, l.nv) : 0;
-        const int v1 = active ? min(v0 + per, l.nv) : 0;
-
-        acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
-        team_merge(a);
-        if (lane != 0 || !active) continue;
-        if (k.split > 1 && !combine_split(a, row, seg, k.split, arrivals, parts)) continue;
-        row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
-        if (k.split > 1 && XENT_REDUCTION != 0) {
-            double *res = split_results(k) + 2 * row;
-            res[0] = r.loss;
-            res[1] = r.weight;
-        } else {
-            emit_row(k, row, r, loss_acc, weight_acc);
+    if (!k.dynamic) { /* static: block b takes item groups b, b + grid, ... */
+        const int team = threadIdx.x / XENT_TPR;
+        for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
+            const long long w = base + team;
+            team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
         }
+        return;
     }
+    /* Dynamic: a persistent grid whose units (warps of teams, or whole-block
+     * teams) take their next item group from a counter, so no block is left
+     * with a last round the others do not have. The next group is claimed as
+     * the current one starts, so the atomic's latency hides behind the row.
+     * The first grid-many groups are handed out by position. */
+    unsigned long long *counter = work_counter(k);
+#if XENT_TPR <= 32
+    const int per_warp = 32 / XENT_TPR;
+    const long long groups = (work + per_warp - 1) / per_warp;
+    const long long statics = (long long)gridDim.x * WARPS;
+    const int in_warp = (threadIdx.x % 32) / XENT_TPR;
+    long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32;
+    while (g < groups) {
+        unsigned long long next = 0;
+        if (threadIdx.x % 32 == 0) next = atomicAdd(counter, 1ull);
+        const long long w = g * per_warp + in_warp;
+        team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
+        g = (long long)__shfl_sync(FULL_MASK, next, 0) + statics;
+    }
+#else
+    __shared__ unsigned long long next_group;
+    long long g = blockIdx.x;
+    while (g < work) {
+        unsigned long long next = 0;
+        if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
+        team_item(k, g, true, lane, one_chunk, loss_acc, weight_acc);
+        /* team_item's team_merge barrier keeps thread 0 from overwriting this before all read it */
+        if (threadIdx.x == 0) next_group = next;
+        __syncthreads();
+        g = (long long)next_group + gridDim.x;
+    }
+#endif
 }
 #endif
 
@@ -727,8 +784,8 @@ extern "C" __global__ void XENT_BOUNDS
 xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
-         long long stride, long long ignore_index, float smoothing, int split) {
-    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
+         long long stride, long long ignore_index, float smoothing, int split, int dynamic) {
+    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing, dynamic};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE
     tile_rows(k, loss_acc, weight_acc);
@@ -737,5 +794,7 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #endif
 #if XENT_REDUCTION != 0
     finish_reduction(loss_acc, weight_acc, loss, ws, split > 1 ? split_results(k) : NULL, n);
+#else
+    if (dynamic) reset_counter(ws);
 #endif
 }

@@ -399,7 +399,8 @@ static int compare(const spec *sp, const char *desc, const char *plan_desc, cons
         }
         const double scale = row_scale(sp, w, t, rows[i], ref_lse[i]);
         if (t >= 0 && t < sp->c) {
-            budget += (w ? (double)w[t] : 1.0) * scale;
+            /* the nll term scales with w[t]; the smoothing term does not vanish with it */
+            budget += ((w ? (double)w[t] : 1.0) + (double)sp->smoothing) * scale;
             wsum += w ? (double)w[t] : 1.0;
         }
         if (sp->red != XENT_REDUCE_NONE) continue;
@@ -1313,8 +1314,11 @@ START_TEST(test_sweep) {
         for (int v = 0; v < 2; v++) { /* two problems: different c, n, stride, split, persist */
             xent_config cfg = cfgs[k];
             cfg.split = splits[rand_below(&s, 8)];
-            cfg.persist = (int)rand_below(&s, 2);
-            if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
+            cfg.persist = (int)rand_below(&s, 3);
+            if (!xent_config_legal(&cfg, d, NULL, 0)) { /* TILE takes SPLIT=1, PERSIST 0 or 1 */
+                cfg.split = 1;
+                cfg.persist = cfg.persist ? 1 : 0;
+            }
             int ci = (int)((k + (size_t)v * 2 + rand_below(&s, 5)) % 5);
             spec sp;
             spec_init(&sp, label, 1, 1);
