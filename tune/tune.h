@@ -35,7 +35,7 @@ typedef struct xent_trial {
 typedef void (*xent_tune_progress)(void *arg, int done, int total, double best_us, const char *stage);
 
 typedef struct xent_tune_opts {
-    double budget_s;       /* wall-clock budget for the search (default 30) */
+    double budget_s;       /* wall-clock budget: stops the variants stage (default 30) */
     int exhaustive;        /* time every relevant candidate, not the staged search */
     int threads;           /* compile threads (default: online CPUs) */
     int reps;              /* timed repeats per candidate (default 15) */

@@ -288,8 +288,12 @@ static void record_trial(search *s, const xent_trial *tr) {
     tc_add_trial(s->o->db, &key, cfg, tr->us, tr->gbps, status_name(tr->status));
 }
 
-/* Compile a batch in parallel, then check and time each in turn. */
-static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage) {
+/* Compile a batch in parallel, then check and time each in turn. Only a
+ * bounded batch stops at the budget: the structure stage always finishes (on
+ * a cold kernel cache its compiles alone can outlast a short budget, and a
+ * tune that times nothing would store the heuristic as its winner), and an
+ * exhaustive search ignores the budget by definition. */
+static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage, int bounded) {
     int *status = calloc((size_t)n + 1, sizeof *status);
     char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
     if (!status || !errs) {
@@ -299,7 +303,7 @@ static int run_batch(search *s, const xent_config *cfgs, int n, const char *stag
     }
     xent_compile_many(cfgs, n, s->p, s->ctx->arch, s->o->threads, status, NULL, errs);
     for (int i = 0; i < n; i++) {
-        if (now_s() - s->t0 > s->o->budget_s && s->best_us > 0) break;
+        if (bounded && now_s() - s->t0 > s->o->budget_s && s->best_us > 0) break;
         if (s->ntrials == s->cap) break;
         xent_trial *tr = &s->trials[s->ntrials++];
         memset(tr, 0, sizeof *tr);
@@ -341,7 +345,7 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     int n = 0;
     for (int i = 0; i < nall; i++)
         if (is_stage1(&all[i]) && !seen(s, &all[i])) pick[n++] = all[i];
-    int rc = run_batch(s, pick, n, "structure");
+    int rc = run_batch(s, pick, n, "structure", 0);
     if (rc) return rc;
     qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
     int top = s->ntrials < STAGE2_STRUCTURES ? s->ntrials : STAGE2_STRUCTURES;
@@ -352,7 +356,7 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
             near_top = s->trials[k].status == TRIAL_OK && same_structure(&all[i], &s->trials[k].config);
         if (near_top && !seen(s, &all[i])) pick[n++] = all[i];
     }
-    return run_batch(s, pick, n, "variants");
+    return run_batch(s, pick, n, "variants", 1);
 }
 
 static void store_winner(search *s, const xent_tune_result *r) {
@@ -384,7 +388,7 @@ static int search_all(search *s, xent_tune_result *r) {
     xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, all, nall);
     r->candidates = (int)nall;
     s->total = (int)nall;
-    int rc = s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive") : staged(s, all, (int)nall, pick);
+    int rc = s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive", 0) : staged(s, all, (int)nall, pick);
     free(all);
     free(pick);
     return rc;
