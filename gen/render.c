@@ -13,6 +13,8 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     for (int i = 0; i < xent_nknobs; i++)
         if (xent_knobs[i].stage == KNOB_RENDER)
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
+    /* PERSIST=2 is launched like 1 but compiled with its own row loop */
+    fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);
     fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n",
             (int)p->logits, (int)p->targets, (int)p->reduction);
     fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n",

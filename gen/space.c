@@ -118,7 +118,8 @@ static int split_relevant(const xent_problem *p, int sm_count, const xent_config
 /* Prune what cannot win for this problem: idle lanes, needless registers,
  * splits of rows that already fill the GPU. */
 static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
-    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256 && xent_config_fits(c, p, NULL, 0);
+    if (!xent_config_fits(c, p, NULL, 0)) return 0;
+    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     int vmax = widest_vec(p->logits);
     if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
     if (!split_relevant(p, sm_count, c)) return 0;
@@ -220,6 +221,10 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         return refuse(why, len, "TILE: BLOCK rows of this stride exceed 48 KB of shared memory");
     if (p->n * cfg->split > MAX_SPLIT_ITEMS)
         return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");
+    /* Under PERSIST=2 which rows a block sums varies from run to run; split rows
+     * are summed in row order whatever the schedule, unsplit ones are not. */
+    if (cfg->persist == 2 && cfg->split == 1 && p->reduction != XENT_REDUCE_NONE)
+        return refuse(why, len, "PERSIST=2 with a sum or mean needs SPLIT > 1 (bitwise reproducible sums)");
     return 1;
 }
 
@@ -260,6 +265,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 }
 
 int xent_config_same_render(const xent_config *a, const xent_config *b) {
+    if ((a->persist == 2) != (b->persist == 2)) return 0; /* XENT_DYNAMIC */
     for (int i = 0; i < xent_nknobs; i++)
         if (xent_knobs[i].stage == KNOB_RENDER &&
             xent_knob_get(a, &xent_knobs[i]) != xent_knob_get(b, &xent_knobs[i]))

@@ -28,10 +28,10 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
     const xent_problem *p = &plan->problem;
     CUdeviceptr ws = a->workspace ? (CUdeviceptr)a->workspace : plan->workspace;
     long long n = p->n, stride = p->row_stride, ignore = p->ignore_index;
-    int c = (int)p->c, split = plan->config.split, dynamic = plan->config.persist == 2;
+    int c = (int)p->c, split = plan->config.split;
     float smoothing = p->label_smoothing;
     void *params[] = {(void *)&a->logits, (void *)&a->targets, (void *)&a->weights, (void *)&a->loss,
-                      (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split, &dynamic};
+                      (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,

@@ -23,8 +23,9 @@
  * Problem defines (set from the problem, never tuned):
  *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
- * Launch parameters (not compiled in): split (teams per row), the grid size and
- * dynamic (PERSIST=2: a persistent grid that takes item groups from a counter).
+ *   XENT_DYNAMIC 1 for PERSIST=2: a persistent grid whose units claim item groups
+ *                from a counter (rendered from the launch knob; see team_rows)
+ * Launch parameters (not compiled in): split (teams per row) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
  *   [0, 4)                  unsigned ticket of the last block
@@ -55,6 +56,9 @@
 #endif
 #ifndef XENT_TILE
 #define XENT_TILE 0
+#endif
+#ifndef XENT_DYNAMIC
+#define XENT_DYNAMIC 0
 #endif
 #ifndef XENT_LOGIT
 #define XENT_LOGIT 0
@@ -523,6 +527,20 @@ __device__ __forceinline__ void stage_tile(tile_t *tile, const unsigned char *lo
 }
 #endif
 
+/* Reads of what other blocks published, from L2. CUDA's __ldcg is volatile
+ * asm without a memory clobber; the clobber also keeps these after every
+ * plain load and store before them, not only after the fence. */
+__device__ __forceinline__ float published_f(const float *p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ double published_d(const double *p) {
+    double v;
+    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /* Split rows: publish this segment's partial; the row's last segment combines
  * all of them in segment order (deterministic) and returns true. */
 __device__ bool combine_split(acc &a, long long row, int seg, int split, int *arrivals,
@@ -544,13 +562,13 @@ __device__ bool combine_split(acc &a, long long row, int seg, int split, int *ar
     for (int k = 0; k < split; k++) {
         const float *q = parts + ((size_t)row * split + k) * PART_FLOATS;
         acc b;
-        b.m = __ldcg(q);
-        b.s = __ldcg(q + 1);
-        b.xt = __ldcg(q + 2);
+        b.m = published_f(q);
+        b.s = published_f(q + 1);
+        b.xt = published_f(q + 2);
 #if XENT_SMOOTHING
-        b.sx = __ldcg(q + 3);
+        b.sx = published_f(q + 3);
 #if XENT_WEIGHTS
-        b.sw = __ldcg(q + 4);
+        b.sw = published_f(q + 4);
 #endif
 #endif
         acc_merge(a, b);
@@ -607,12 +625,12 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     __threadfence();
     double l = 0.0, wsum = 0.0;
     for (unsigned b = threadIdx.x; b < gridDim.x; b += XENT_BLOCK) {
-        l += __ldcg(parts + 2 * b);
-        wsum += __ldcg(parts + 2 * b + 1);
+        l += published_d(parts + 2 * b);
+        wsum += published_d(parts + 2 * b + 1);
     }
     for (long long i = threadIdx.x; row_results && i < n; i += XENT_BLOCK) {
-        l += __ldcg(row_results + 2 * i);
-        wsum += __ldcg(row_results + 2 * i + 1);
+        l += published_d(row_results + 2 * i);
+        wsum += published_d(row_results + 2 * i + 1);
     }
     block_sum2(l, wsum);
     if (threadIdx.x == 0) {
@@ -645,7 +663,6 @@ struct kargs {
     long long n, stride, ignore_index;
     int c, split;
     float smoothing;
-    int dynamic; /* PERSIST=2: items taken from a counter */
 };
 
 /* A finished row goes to the output (none) or into this thread's sums. */
@@ -723,52 +740,59 @@ __device__ __forceinline__ unsigned long long *work_counter(const kargs &k) {
     return (unsigned long long *)(k.ws + 8);
 }
 
+#if !XENT_DYNAMIC
+/* Static (PERSIST 0, 1): block b takes item groups b, b + grid, ... */
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    const int team = threadIdx.x / XENT_TPR;
     const int lane = threadIdx.x % XENT_TPR;
     const long long work = k.n * k.split;
     /* Uniform for all teams, so 2-pass team reductions stay in step. */
     const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
-    if (!k.dynamic) { /* static: block b takes item groups b, b + grid, ... */
-        const int team = threadIdx.x / XENT_TPR;
-        for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
-            const long long w = base + team;
-            team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
-        }
-        return;
+    for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
+        const long long w = base + team;
+        team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
     }
-    /* Dynamic: a persistent grid whose units (warps of teams, or whole-block
-     * teams) take their next item group from a counter, so no block is left
-     * with a last round the others do not have. The next group is claimed as
-     * the current one starts, so the atomic's latency hides behind the row.
-     * The first grid-many groups are handed out by position. */
+}
+#else
+/* Dynamic (PERSIST=2, rendered as XENT_DYNAMIC so static kernels keep their
+ * registers): units (a warp of teams when TPR <= 32, else the block's team)
+ * take their first item group by position, then claim the next from a
+ * counter as they start the current one, so the atomic's latency hides
+ * behind the row and no unit is left with a last round the others lack. */
+__device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    const int lane = threadIdx.x % XENT_TPR;
+    const long long work = k.n * k.split;
+    const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
     unsigned long long *counter = work_counter(k);
 #if XENT_TPR <= 32
-    const int per_warp = 32 / XENT_TPR;
-    const long long groups = (work + per_warp - 1) / per_warp;
-    const long long statics = (long long)gridDim.x * WARPS;
-    const int in_warp = (threadIdx.x % 32) / XENT_TPR;
+    const int per_unit = 32 / XENT_TPR;
+    const int in_unit = (threadIdx.x % 32) / XENT_TPR;
+    const long long units = (long long)gridDim.x * WARPS;
     long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32;
+    const long long groups = (work + per_unit - 1) / per_unit;
     while (g < groups) {
         unsigned long long next = 0;
         if (threadIdx.x % 32 == 0) next = atomicAdd(counter, 1ull);
-        const long long w = g * per_warp + in_warp;
+        const long long w = g * per_unit + in_unit;
         team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
-        g = (long long)__shfl_sync(FULL_MASK, next, 0) + statics;
+        g = (long long)__shfl_sync(FULL_MASK, next, 0) + units;
     }
 #else
-    __shared__ unsigned long long next_group;
+    __shared__ unsigned long long claimed;
     long long g = blockIdx.x;
     while (g < work) {
         unsigned long long next = 0;
         if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
         team_item(k, g, true, lane, one_chunk, loss_acc, weight_acc);
-        /* team_item's team_merge barrier keeps thread 0 from overwriting this before all read it */
-        if (threadIdx.x == 0) next_group = next;
+        /* team_item's team_merge barrier keeps thread 0 from overwriting
+         * this before every thread has read it */
+        if (threadIdx.x == 0) claimed = next;
         __syncthreads();
-        g = (long long)next_group + gridDim.x;
+        g = (long long)claimed + gridDim.x;
     }
 #endif
 }
+#endif
 #endif
 
 /* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
@@ -784,8 +808,8 @@ extern "C" __global__ void XENT_BOUNDS
 xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
-         long long stride, long long ignore_index, float smoothing, int split, int dynamic) {
-    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing, dynamic};
+         long long stride, long long ignore_index, float smoothing, int split) {
+    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE
     tile_rows(k, loss_acc, weight_acc);
@@ -794,7 +818,7 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #endif
 #if XENT_REDUCTION != 0
     finish_reduction(loss_acc, weight_acc, loss, ws, split > 1 ? split_results(k) : NULL, n);
-#else
-    if (dynamic) reset_counter(ws);
+#elif XENT_DYNAMIC
+    reset_counter(ws);
 #endif
 }

@@ -2,7 +2,8 @@
  * the ptxas report shows no spills; the kernel cache works in memory and on
  * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
- * fp16 and bf16 config, and the heuristic's config for the benchmark shapes. */
+ * fp16 and bf16 config, every 48th fp32 and 96th bf16 config with PERSIST=2 (its
+ * own row loop), and the heuristic's config for the benchmark shapes. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,14 +44,18 @@ static void compile_and_check(const xent_config *cfgs, int n, const xent_problem
     free(errs);
 }
 
-static void compile_space(xent_dtype d, int every) {
+static void compile_space(xent_dtype d, int every, int persist) {
     if (getenv("XENT_COMPILE_ALL")) every = 1;
     size_t n = xent_space_enumerate(d, NULL, 132, NULL, 0);
     xent_config *all = calloc(n, sizeof *all), *pick = calloc(n, sizeof *pick);
     ck_assert(all && pick);
     xent_space_enumerate(d, NULL, 132, all, n);
     int k = 0;
-    for (size_t i = 0; i < n; i += (size_t)every) pick[k++] = all[i];
+    for (size_t i = 0; i < n; i += (size_t)every) {
+        pick[k] = all[i];
+        if (persist && !pick[k].tile) pick[k].persist = persist; /* PERSIST=2 renders its own row loop */
+        k++;
+    }
     xent_problem p;
     xent_problem_init(&p, 1000, 1000);
     p.logits = d;
@@ -64,16 +69,22 @@ static void compile_space(xent_dtype d, int every) {
         p.targets = part % 2 ? XENT_I32 : XENT_I64;
         compile_and_check(pick + lo, hi - lo, &p);
     }
-    fprintf(stderr, "compiled %d of %zu configs for dtype %d\n", k, n, (int)d);
+    fprintf(stderr, "compiled %d of %zu configs for dtype %d%s\n", k, n, (int)d, persist == 2 ? " (PERSIST=2)" : "");
     free(all);
     free(pick);
 }
 
-START_TEST(sample_f32) { compile_space(XENT_F32, 24); }
+START_TEST(sample_f32) { compile_space(XENT_F32, 24, 0); }
 END_TEST
-START_TEST(sample_f16) { compile_space(XENT_F16, 48); }
+START_TEST(sample_f16) { compile_space(XENT_F16, 48, 0); }
 END_TEST
-START_TEST(sample_bf16) { compile_space(XENT_BF16, 48); }
+START_TEST(sample_bf16) { compile_space(XENT_BF16, 48, 0); }
+END_TEST
+
+START_TEST(sample_dynamic) {
+    compile_space(XENT_F32, 48, 2);
+    compile_space(XENT_BF16, 96, 2);
+}
 END_TEST
 
 START_TEST(heuristic_configs_compile) {
@@ -210,6 +221,7 @@ int main(void) {
     tcase_add_test(tc, sample_f32);
     tcase_add_test(tc, sample_f16);
     tcase_add_test(tc, sample_bf16);
+    tcase_add_test(tc, sample_dynamic);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -155,6 +155,33 @@ START_TEST(relevant_candidates_are_a_legal_subset) {
 }
 END_TEST
 
+/* PERSIST=2 changes which rows a block sums from run to run: a fused sum or
+ * mean takes it only with split rows, whose results are summed in row order. */
+START_TEST(dynamic_schedule_keeps_sums_reproducible) {
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2",
+                                       &c, why, sizeof why), XENT_OK);
+    xent_problem p;
+    xent_problem_init(&p, 32768, 4096);
+    ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "PERSIST=2"));
+    p.reduction = XENT_REDUCE_SUM;
+    ck_assert(!xent_config_fits(&c, &p, NULL, 0));
+    p.reduction = XENT_REDUCE_NONE;
+    ck_assert(xent_config_fits(&c, &p, NULL, 0));
+    p.reduction = XENT_REDUCE_MEAN;
+    c.split = 2;
+    ck_assert(xent_config_fits(&c, &p, NULL, 0));
+    /* and the tuner never offers what does not fit */
+    xent_problem_init(&p, 32768, 4096);
+    size_t n;
+    xent_config *all = enumerate_all(XENT_F32, &p, &n);
+    for (size_t i = 0; i < n; i++) ck_assert(xent_config_fits(&all[i], &p, NULL, 0));
+    free(all);
+}
+END_TEST
+
 START_TEST(defines_follow_the_problem) {
     xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0};
     xent_problem p;
@@ -189,6 +216,7 @@ int main(void) {
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
+    tcase_add_test(tc, dynamic_schedule_keeps_sums_reproducible);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
