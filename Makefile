@@ -53,7 +53,7 @@ $(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent.a
 $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 	$(CC) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(XCFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
 

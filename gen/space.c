@@ -263,12 +263,3 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     while (cfg->split < 128 && p->n * cfg->split * 2 <= sm_count && nv / (cfg->split * 2) >= 4L * cfg->tpr)
         cfg->split *= 2;
 }
-
-int xent_config_same_render(const xent_config *a, const xent_config *b) {
-    if ((a->persist == 2) != (b->persist == 2)) return 0; /* XENT_DYNAMIC */
-    for (int i = 0; i < xent_nknobs; i++)
-        if (xent_knobs[i].stage == KNOB_RENDER &&
-            xent_knob_get(a, &xent_knobs[i]) != xent_knob_get(b, &xent_knobs[i]))
-            return 0;
-    return 1;
-}

@@ -71,7 +71,4 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 /* The built-in heuristic: a sensible config from n, c and dtype alone. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);
 
-/* Nonzero when two configs render the same source (launch knobs may differ). */
-int xent_config_same_render(const xent_config *a, const xent_config *b);
-
 #endif

@@ -86,6 +86,8 @@
 #define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
 #define PART_FLOATS (3 + XENT_SMOOTHING * (1 + XENT_WEIGHTS))
 #define LOG2E 1.4426950408889634f
+/* The work counter of dynamic scheduling, in the workspace header (see above). */
+#define WORK_COUNTER(ws) ((unsigned long long *)((ws) + 8))
 #define FULL_MASK 0xffffffffu
 
 #if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
@@ -637,17 +639,19 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
         /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
         *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
         *ticket = 0u;
-        *(unsigned long long *)(ws + 8) = 0ull; /* the dynamic work counter */
+#if XENT_DYNAMIC
+        *WORK_COUNTER(ws) = 0ull;
+#endif
     }
 }
-#else
+#elif XENT_DYNAMIC
 /* Without a reduction, dynamic scheduling still needs a last block: it zeroes
  * the counter once every block has stopped taking work. */
 __device__ void reset_counter(unsigned char *ws) {
     __syncthreads();
     if (threadIdx.x == 0 && atomicAdd((unsigned *)ws, 1u) == gridDim.x - 1) {
         *(unsigned *)ws = 0u;
-        *(unsigned long long *)(ws + 8) = 0ull;
+        *WORK_COUNTER(ws) = 0ull;
     }
 }
 #endif
@@ -735,11 +739,6 @@ __device__ __forceinline__ void team_item(const kargs &k, long long w, bool acti
     }
 }
 
-/* The work counter of dynamic scheduling (PERSIST=2), in the workspace header. */
-__device__ __forceinline__ unsigned long long *work_counter(const kargs &k) {
-    return (unsigned long long *)(k.ws + 8);
-}
-
 #if !XENT_DYNAMIC
 /* Static (PERSIST 0, 1): block b takes item groups b, b + grid, ... */
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
@@ -763,7 +762,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
     const int lane = threadIdx.x % XENT_TPR;
     const long long work = k.n * k.split;
     const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
-    unsigned long long *counter = work_counter(k);
+    unsigned long long *counter = WORK_COUNTER(k.ws);
 #if XENT_TPR <= 32
     const int per_unit = 32 / XENT_TPR;
     const int in_unit = (threadIdx.x % 32) / XENT_TPR;

@@ -17,7 +17,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -30,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tests/run_suite.h"
+#include "tests/tmpdir.h"
 
 /* ---- running the tool -------------------------------------------------- */
 
@@ -47,21 +47,10 @@ typedef struct result {
     char cmd[1024];     /* the command line, for messages */
 } result;
 
-static char tmpdir[128];
-
 static const char *tool(void)
 {
     const char *b = getenv("XENT_TUNE_BIN");
     return b && *b ? b : "build/xent-tune";
-}
-
-static const char *tpath(const char *name)
-{
-    static char p[8][512];
-    static int i;
-    i = (i + 1) % 8;
-    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
-    return p[i];
 }
 
 static void append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
@@ -222,6 +211,18 @@ static void expect_usage(const result *r, const char *needle1, const char *needl
         result_free(&r_);                       \
     } while (0)
 
+/* Each value of an option is refused as "bad WHAT 'VALUE'" (and also, when
+ * given, with `also` in the message). */
+static void reject_values(const char *opt, const char *what, const char *also, const char *const *bad, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "bad %s '%s'", what, bad[i]);
+        USAGE(msg, also, "--dry-run", "--shape", "8x8", opt, bad[i]);
+    }
+}
+#define REJECT(opt, what, also, list) reject_values((opt), (what), (also), (list), sizeof(list) / sizeof((list)[0]))
+
 /* ---- files ---------------------------------------------------------------- */
 
 static void write_file(const char *path, const char *text, size_t len)
@@ -275,21 +276,6 @@ static void make_tmpdir(void)
                   "%s is not an executable (build it with make, run from the repo root, "
                   "or set XENT_TUNE_BIN)", tool());
 }
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void remove_tree(const char *dir)
-{
-    if (dir[0])
-        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void remove_tmpdir(void) { remove_tree(tmpdir); }
 
 /* ---- text helpers ------------------------------------------------------------ */
 
@@ -464,23 +450,11 @@ END_TEST
 START_TEST(test_bad_enums)
 {
     static const char *const dtypes[] = {"fp32", "F32", "f64", "half", ""};
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "bad dtype '%s'", dtypes[i]);
-        USAGE(msg, NULL, "--dry-run", "--shape", "8x8", "--dtype", dtypes[i]);
-    }
+    REJECT("--dtype", "dtype", NULL, dtypes);
     static const char *const targets[] = {"i16", "int64", "u32", "I64", ""};
-    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "bad targets dtype '%s'", targets[i]);
-        USAGE(msg, NULL, "--dry-run", "--shape", "8x8", "--targets", targets[i]);
-    }
+    REJECT("--targets", "targets dtype", NULL, targets);
     static const char *const reductions[] = {"avg", "MEAN", "max", "summ", ""};
-    for (size_t i = 0; i < sizeof reductions / sizeof reductions[0]; i++) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "bad reduction '%s'", reductions[i]);
-        USAGE(msg, NULL, "--dry-run", "--shape", "8x8", "--reduction", reductions[i]);
-    }
+    REJECT("--reduction", "reduction", NULL, reductions);
     /* Every legal value is taken (and shows in the dry-run header). */
     result r = RUN("--dry-run", "--shape", "8x8", "-d", "f16", "-t", "i32", "-r", "none");
     expect_code(&r, 0);
@@ -492,11 +466,7 @@ END_TEST
 START_TEST(test_bad_label_smoothing)
 {
     static const char *const bad[] = {"1.5", "-0.1", "1.0000001", "abc", "nan", "inf", "0.5x", "", "1e3"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char msg[80];
-        snprintf(msg, sizeof msg, "bad label smoothing '%s'", bad[i]);
-        USAGE(msg, "[0, 1]", "--dry-run", "--shape", "8x8", "--label-smoothing", bad[i]);
-    }
+    REJECT("--label-smoothing", "label smoothing", "[0, 1]", bad);
     /* The ends of [0, 1] are legal. */
     static const char *const good[] = {"0", "1", "0.1"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -511,11 +481,7 @@ END_TEST
 START_TEST(test_bad_budget)
 {
     static const char *const bad[] = {"0", "-1", "0.05", "abc", "", "1e9", "30s", "nan"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "bad budget '%s'", bad[i]);
-        USAGE(msg, NULL, "--dry-run", "--shape", "8x8", "--budget", bad[i]);
-    }
+    REJECT("--budget", "budget", NULL, bad);
     result r = RUN("--dry-run", "--shape", "8x8", "-b", "0.1");
     expect_code(&r, 0);
     result_free(&r);
@@ -525,11 +491,7 @@ END_TEST
 START_TEST(test_bad_jobs)
 {
     static const char *const bad[] = {"0", "-1", "65", "x", "2.5", "", "4 "};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "bad jobs '%s'", bad[i]);
-        USAGE(msg, NULL, "--dry-run", "--shape", "8x8", "--jobs", bad[i]);
-    }
+    REJECT("--jobs", "jobs", NULL, bad);
     result r = RUN("--dry-run", "--shape", "8x8", "-j", "64");
     expect_code(&r, 0);
     result_free(&r);

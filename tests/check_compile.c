@@ -27,7 +27,7 @@ static void compile_and_check(const xent_config *cfgs, int n, const xent_problem
     xent_cubin *bins = calloc((size_t)n, sizeof *bins);
     char(*errs)[512] = calloc((size_t)n, sizeof *errs);
     ck_assert(status && bins && errs);
-    xent_compile_many(cfgs, n, p, ARCH, cpus(), status, bins, errs);
+    xent_compile_many(cfgs, n, p, 1, ARCH, cpus(), status, bins, errs);
     for (int i = 0; i < n; i++) {
         char cfg[200];
         xent_config_format(&cfgs[i], cfg, sizeof cfg);

@@ -10,7 +10,6 @@
 #include "xent.h"
 
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -19,42 +18,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tests/run_suite.h"
+#include "tests/tmpdir.h"
 
 /* ---- fixtures --------------------------------------------------------- */
-
-static char tmpdir[64];
 
 static void make_tmpdir(void)
 {
     strcpy(tmpdir, "/tmp/check_tunecache.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-/* The directory holds only flat files (db, -wal, -shm, sql). */
-static void remove_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *ent;
-    char p[512];
-    while ((ent = readdir(d))) {
-        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, ent->d_name);
-            unlink(p);
-        }
-    }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-static const char *tpath(const char *name)
-{
-    static char p[4][256];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(p[i], sizeof p[i], "%s/%s", tmpdir, name);
-    return p[i];
 }
 
 static tc_key mkkey(int64_t n, int64_t c)

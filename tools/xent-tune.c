@@ -427,7 +427,7 @@ static int cmd_compile_only(const cli *o) {
         if (!status || !bins || !errs) return 1;
         xent_tune_opts defaults;
         xent_tune_opts_init(&defaults); /* --jobs defaults to the CPUs, as for a tune */
-        xent_compile_many(cfgs, n, &p, o->arch, o->jobs ? o->jobs : defaults.threads, status, bins, errs);
+        xent_compile_many(cfgs, n, &p, 1, o->arch, o->jobs ? o->jobs : defaults.threads, status, bins, errs);
         printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
                "stack", "smem", "config");
         for (int k = 0; k < n; k++) {

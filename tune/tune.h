@@ -65,9 +65,10 @@ void xent_tune_result_free(xent_tune_result *r);
 /* Bytes a forward pass must move: every logit and target read once, the loss written. */
 double xent_problem_bytes(const xent_problem *p);
 
-/* Compile candidates in parallel through the kernel cache (no GPU needed).
+/* Compile candidates in parallel through the kernel cache (no GPU needed),
+ * each for probs[0] (nprobs 1) or for its own probs[i] (nprobs n).
  * status[i] gets XENT_OK or the failure; reports land in bins (may be NULL). */
-void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *p, int arch, int threads,
-                       int *status, xent_cubin *bins, char (*errs)[512]);
+void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch,
+                       int threads, int *status, xent_cubin *bins, char (*errs)[512]);
 
 #endif

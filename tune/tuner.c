@@ -45,8 +45,8 @@ double xent_problem_bytes(const xent_problem *p) {
 
 typedef struct compile_job {
     const xent_config *cfgs;
-    const xent_problem *p;
-    int n, arch;
+    const xent_problem *probs;
+    int n, nprobs, arch;
     int *status;
     xent_cubin *bins;
     char (*errs)[512];
@@ -63,16 +63,17 @@ static void *compile_worker(void *arg) {
         if (i >= job->n) return NULL;
         xent_cubin bin;
         char err[512];
-        job->status[i] = xent_kernel_get(&job->cfgs[i], job->p, job->arch, &bin, err, sizeof err);
+        const xent_problem *p = &job->probs[job->nprobs == 1 ? 0 : i];
+        job->status[i] = xent_kernel_get(&job->cfgs[i], p, job->arch, &bin, err, sizeof err);
         if (job->errs) snprintf(job->errs[i], sizeof job->errs[i], "%s", job->status[i] ? err : "");
         if (job->bins) job->bins[i] = bin;
         else xent_cubin_free(&bin);
     }
 }
 
-void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *p, int arch, int threads,
-                       int *status, xent_cubin *bins, char (*errs)[512]) {
-    compile_job job = {cfgs, p, n, arch, status, bins, errs, PTHREAD_MUTEX_INITIALIZER, 0};
+void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch,
+                       int threads, int *status, xent_cubin *bins, char (*errs)[512]) {
+    compile_job job = {cfgs, probs, n, nprobs, arch, status, bins, errs, PTHREAD_MUTEX_INITIALIZER, 0};
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     pthread_t tids[64];
@@ -301,7 +302,7 @@ static int run_batch(search *s, const xent_config *cfgs, int n, const char *stag
         free(errs);
         return XENT_ENOMEM;
     }
-    xent_compile_many(cfgs, n, s->p, s->ctx->arch, s->o->threads, status, NULL, errs);
+    xent_compile_many(cfgs, n, s->p, 1, s->ctx->arch, s->o->threads, status, NULL, errs);
     for (int i = 0; i < n; i++) {
         if (bounded && now_s() - s->t0 > s->o->budget_s && s->best_us > 0) break;
         if (s->ntrials == s->cap) break;

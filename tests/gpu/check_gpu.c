@@ -72,7 +72,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +85,7 @@
 #include "gen/space.h"
 #include "runtime/runtime.h"
 #include "tune/reference.h"
+#include "tune/tune.h"
 #include "xent.h"
 
 #define TOL 1e-5
@@ -702,67 +702,29 @@ done:
 /* Parallel compilation: fill the kernel caches before plans are built.     */
 /* ------------------------------------------------------------------------ */
 
-typedef struct compile_job {
-    const xent_config *cfgs;
-    const xent_problem *probs;
-    int *rcs;
-    size_t count;
-    atomic_size_t next, done;
-    int arch;
-    const char *label;
-    double t0;
-    size_t every; /* progress line every this many (0: none) */
-} compile_job;
-
-static void *compile_worker(void *arg) {
-    compile_job *j = arg;
-    char *err = malloc(16384);
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->count) break;
-        xent_cubin bin;
-        err[0] = 0;
-        int rc = xent_kernel_get(&j->cfgs[i], &j->probs[i], j->arch, &bin, err, 16384);
-        if (rc == XENT_OK) xent_cubin_free(&bin);
-        else {
-            char cfg[200];
-            xent_config_format(&j->cfgs[i], cfg, sizeof cfg);
-            fprintf(stderr, "%s: compiling %s failed: %s\n%.2000s\n", j->label, cfg, xent_errstr(rc), err);
-        }
-        j->rcs[i] = rc;
-        size_t d = atomic_fetch_add(&j->done, 1) + 1;
-        if (j->every && (d % j->every == 0 || d == j->count))
-            fprintf(stderr, "%s: %zu/%zu compiled (%.1f s)\n", j->label, d, j->count, now_s() - j->t0);
-    }
-    free(err);
-    return NULL;
-}
-
-/* Compile count (config, problem) pairs on all CPUs; returns the failures. */
+/* Compile count (config, problem) pairs on all CPUs (xent_compile_many), in
+ * chunks of `every` with a progress line after each (every 0: one chunk,
+ * quiet); returns the failures. */
 static size_t compile_all(const xent_config *cfgs, const xent_problem *probs, int *rcs, size_t count,
                           const char *label, size_t every) {
-    compile_job j;
-    memset(&j, 0, sizeof j);
-    j.cfgs = cfgs;
-    j.probs = probs;
-    j.rcs = rcs;
-    j.count = count;
-    atomic_init(&j.next, 0);
-    atomic_init(&j.done, 0);
-    j.arch = G.ctx->arch;
-    j.label = label;
-    j.t0 = now_s();
-    j.every = every;
-    int nt = ncpus();
-    if ((size_t)nt > count) nt = (int)(count ? count : 1);
-    pthread_t tid[64];
-    int started[64] = {0};
-    for (int k = 1; k < nt; k++) started[k] = pthread_create(&tid[k], NULL, compile_worker, &j) == 0;
-    compile_worker(&j);
-    for (int k = 1; k < nt; k++)
-        if (started[k]) pthread_join(tid[k], NULL);
+    const double t0 = now_s();
+    const size_t chunk = every ? every : (count ? count : 1);
+    char (*errs)[512] = calloc(chunk, sizeof *errs);
+    ck_assert_ptr_nonnull(errs);
     size_t failed = 0;
-    for (size_t i = 0; i < count; i++) failed += rcs[i] != XENT_OK;
+    for (size_t at = 0; at < count; at += chunk) {
+        const int n = (int)(count - at < chunk ? count - at : chunk);
+        xent_compile_many(cfgs + at, n, probs + at, n, G.ctx->arch, ncpus(), rcs + at, NULL, errs);
+        for (int i = 0; i < n; i++) {
+            if (rcs[at + i] == XENT_OK) continue;
+            char cfg[200];
+            xent_config_format(&cfgs[at + i], cfg, sizeof cfg);
+            fprintf(stderr, "%s: compiling %s failed: %s\n%s\n", label, cfg, xent_errstr(rcs[at + i]), errs[i]);
+            failed++;
+        }
+        if (every) fprintf(stderr, "%s: %zu/%zu compiled (%.1f s)\n", label, at + (size_t)n, count, now_s() - t0);
+    }
+    free(errs);
     return failed;
 }
 
