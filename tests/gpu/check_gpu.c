@@ -106,6 +106,7 @@ typedef struct stats {
     double maxerr[3];             /* per logits dtype: scalar or norm-wise rel err */
     double maxelem[3];            /* per logits dtype: worst per-element err / bound scale */
     long cfg_total, cfg_run, cfg_failed, cfg_compile_failed;
+    int sweep_not_run;            /* dtypes left out by XENT_TEST_SWEEP_DTYPES */
     double sweep_compile_s, sweep_run_s;
     int timed;
     double t_b2b_us, t_single_us;
@@ -1283,8 +1284,40 @@ static void sweep_problem(xent_dtype d, size_t i, xent_problem *p) {
     p->write_lse = (int)((h >> 6) & 1);
 }
 
+/* The sweep's selection, so that one device call of ten minutes can run a
+ * part of it: XENT_TEST_SWEEP_DTYPES (e.g. "f16,bf16"), XENT_TEST_SWEEP_MATCH
+ * (configs whose text holds it, e.g. "TILE=1"), XENT_TEST_SWEEP_EVERY (every
+ * k-th). A selection is printed, never silent. */
+static int sweep_dtype_selected(xent_dtype d) {
+    const char *e = getenv("XENT_TEST_SWEEP_DTYPES");
+    if (!e || !*e) return 1;
+    char list[64];
+    snprintf(list, sizeof list, ",%s,", e);
+    char item[16];
+    snprintf(item, sizeof item, ",%s,", dt_name(d));
+    return strstr(list, item) != NULL;
+}
+
+static size_t sweep_select(xent_config *all, size_t total) {
+    const char *match = getenv("XENT_TEST_SWEEP_MATCH");
+    if (!match || !*match) return total;
+    size_t kept = 0;
+    for (size_t k = 0; k < total; k++) {
+        char text[256];
+        xent_config_format(&all[k], text, sizeof text);
+        if (strstr(text, match)) all[kept++] = all[k];
+    }
+    return kept;
+}
+
 START_TEST(test_sweep) {
     const xent_dtype d = (xent_dtype)_i;
+    if (!sweep_dtype_selected(d)) {
+        fprintf(stderr, "configs %s: NOT RUN (XENT_TEST_SWEEP_DTYPES=%s)\n", dt_name(d),
+                getenv("XENT_TEST_SWEEP_DTYPES"));
+        S->sweep_not_run++;
+        return;
+    }
     const char *e = getenv("XENT_TEST_SWEEP_EVERY");
     size_t every = e && *e ? (size_t)strtoul(e, NULL, 10) : 1;
     if (every < 1) every = 1;
@@ -1293,6 +1326,8 @@ START_TEST(test_sweep) {
     xent_config *all = malloc(total * sizeof *all);
     ck_assert_ptr_nonnull(all);
     ck_assert_uint_eq(xent_space_enumerate(d, NULL, 0, all, total), total);
+    total = sweep_select(all, total);
+    ck_assert_msg(total > 0, "XENT_TEST_SWEEP_MATCH=%s selects no config", getenv("XENT_TEST_SWEEP_MATCH"));
     size_t count = (total + every - 1) / every;
     xent_config *cfgs = malloc(count * sizeof *cfgs);
     xent_problem *probs = malloc(count * sizeof *probs);
@@ -1611,6 +1646,11 @@ int main(void) {
            S->maxerr[0], S->maxerr[1], S->maxerr[2], S->maxelem[0], S->maxelem[1], S->maxelem[2], TOL);
     printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile (compile %.0f s, run %.0f s)\n",
            S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->sweep_compile_s, S->sweep_run_s);
+    const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_SWEEP_EVERY"};
+    for (int k = 0; k < 3; k++)
+        if (getenv(sel[k]) && *getenv(sel[k]))
+            printf("configs: a partial sweep: %s=%s (%d dtype(s) not run)\n", sel[k], getenv(sel[k]),
+                   S->sweep_not_run);
     if (S->timed)
         printf("heuristic 32768x4096 f32: %.1f us/call (b2b), %.1f us single [%s]\n", S->t_b2b_us, S->t_single_us,
                S->tdesc);
