@@ -713,6 +713,21 @@ __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, doub
     }
 }
 #else
+/* Lane 0 of a team with its item's total: a finished row goes out, a
+ * segment is published and the row's last segment combines them. */
+__device__ __forceinline__ void publish_item(const kargs &k, acc &a, long long row, int seg, long long t,
+                                             double &loss_acc, double &weight_acc) {
+    if (k.split > 1 && !combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
+    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+    if (k.split > 1 && XENT_REDUCTION != 0) {
+        double *res = split_results(k) + 2 * row;
+        res[0] = r.loss;
+        res[1] = r.weight;
+    } else {
+        emit_row(k, row, r, loss_acc, weight_acc);
+    }
+}
+
 /* One work item for this team: a row, or one segment of it (split > 1). */
 __device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
                                           double &loss_acc, double &weight_acc) {
@@ -727,16 +742,12 @@ __device__ __forceinline__ void team_item(const kargs &k, long long w, bool acti
 
     acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
     team_merge(a);
-    if (lane != 0 || !active) return;
-    if (k.split > 1 && !combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
-    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
-    if (k.split > 1 && XENT_REDUCTION != 0) {
-        double *res = split_results(k) + 2 * row;
-        res[0] = r.loss;
-        res[1] = r.weight;
-    } else {
-        emit_row(k, row, r, loss_acc, weight_acc);
-    }
+    if (lane == 0 && active) publish_item(k, a, row, seg, t, loss_acc, weight_acc);
+    /* Lane 0 ran alone above. The next __syncthreads is an .aligned bar.sync,
+     * undefined unless the warp's lanes reach it together; without this,
+     * whole-block teams with two passes summed split rows wrongly
+     * (compute-sanitizer synccheck: "Divergent thread(s) in warp"). */
+    __syncwarp();
 }
 
 #if !XENT_DYNAMIC

@@ -1538,9 +1538,9 @@ static Suite *gpu_suite(void) {
         const char *name;
         double timeout;
     } cases[] = {{"basics", 300}, {"shapes", 600}, {"matrix", 900}, {"semantics", 600},
-                 {"determinism", 600}, {"configs", 1800}, {"timing", 300}};
-    TCase *tc[7];
-    for (int k = 0; k < 7; k++) {
+                 {"determinism", 600}, {"configs", 1800}, {"timing", 300}, {"split", 600}};
+    TCase *tc[8];
+    for (int k = 0; k < 8; k++) {
         tc[k] = tcase_create(cases[k].name);
         tcase_add_checked_fixture(tc[k], setup, teardown);
         tcase_set_timeout(tc[k], cases[k].timeout);
@@ -1556,7 +1556,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc[3], test_large_offsets);
     tcase_add_test(tc[3], test_bad_targets);
     tcase_add_test(tc[4], test_determinism);
-    tcase_add_test(tc[4], test_split_smoothing);
+    tcase_add_test(tc[7], test_split_smoothing);
     tcase_add_loop_test(tc[5], test_sweep, 0, 3);
     tcase_add_test(tc[6], test_timing);
     return s;
