@@ -9,25 +9,27 @@
 
 const xent_knob xent_knobs[] = {
     {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
-     4, {1, 2, 4, 8}, KNOB(vec)},
+     4, {1, 2, 4, 8}, KNOB(vec), 0},
     {"TPR", "threads per row team (<= 32 share a warp, > 32 is the whole block)", KNOB_RENDER,
-     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr)},
+     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr), 0},
     /* 1024 is left out: at 64 registers a thread every variant spilled. */
     {"BLOCK", "threads per block (a multiple of TPR; equal to TPR when TPR > 32)", KNOB_RENDER,
-     4, {64, 128, 256, 512}, KNOB(block)},
+     4, {64, 128, 256, 512}, KNOB(block), 0},
     {"ITEMS", "vector loads per thread per chunk (registers hold ITEMS*VEC logits)",
-     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items)},
+     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items), 0},
     {"PASSES", "1: online max and sum in one read; 2: max, then sum (registers or re-read)",
-     KNOB_RENDER, 2, {1, 2}, KNOB(passes)},
+     KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0},
     {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
-     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache)},
+     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0},
     {"TILE", "1: a block stages BLOCK rows in shared memory, a thread reduces each (tiny c)",
-     KNOB_RENDER, 2, {0, 1}, KNOB(tile)},
+     KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0},
     {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
-     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split)},
+     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0},
     {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
      "rows taken from a counter as teams finish (no uneven last round)", KNOB_LAUNCH,
-     3, {0, 1, 2}, KNOB(persist)},
+     3, {0, 1, 2}, KNOB(persist), 0},
+    {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
+     "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -83,9 +85,12 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1 and 4-byte VEC");
     if (cfg->tile && cfg->persist == 2)
         return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its blocks stage whole tiles in step)");
+    if (cfg->prefetch && (cfg->passes != 1 || cfg->tile))
+        return refuse(why, len, "PREFETCH=1 takes PASSES=1 and TILE=0 (the online loop over chunks)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
-    if (cfg->items * cfg->vec > chunk_limit(cfg->block))
-        return refuse(why, len, "ITEMS * VEC exceeds what the registers of a thread of this BLOCK hold");
+    if (cfg->items * cfg->vec * (1 + cfg->prefetch) > chunk_limit(cfg->block))
+        return refuse(why, len, "ITEMS * VEC (twice that with PREFETCH) exceeds what the registers of a "
+                                "thread of this BLOCK hold");
     return 1;
 }
 
@@ -131,6 +136,7 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
+    if (c->prefetch && c->items >= fit) return 0; /* one chunk a segment: nothing to fetch ahead */
     return 1;
 }
 
@@ -181,6 +187,8 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     unsigned seen = 0;
     const char *s = text;
     memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < xent_nknobs; i++)
+        if (xent_knobs[i].optional) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
     while (*s) {
         while (*s == ' ' || *s == '\t' || *s == ',') s++;
         if (!*s) break;
@@ -206,7 +214,11 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
         xent_knob_set(cfg, k, (int)v);
         s = end;
     }
-    if (seen != (1u << xent_nknobs) - 1) return refuse(why, len, "every knob must be given"), XENT_EINVAL;
+    for (int i = 0; i < xent_nknobs; i++)
+        if (!xent_knobs[i].optional && !(seen & (1u << i))) {
+            if (why && len) snprintf(why, len, "every knob must be given (%s is missing)", xent_knobs[i].name);
+            return XENT_EINVAL;
+        }
     return XENT_OK;
 }
 
@@ -237,6 +249,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->tile = 0; /* TILE is the tuner's to pick: at 1048576x10 it ran 28.9 us, a thread per row 23.3 */
     cfg->persist = 1;
     cfg->split = 1;
+    cfg->prefetch = 0;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
     int max_items = chunk_limit(128) / cfg->vec;
     if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */

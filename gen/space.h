@@ -24,6 +24,7 @@ typedef struct xent_config {
     int split;   /* teams per row (launch) */
     int persist; /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
     int tile;    /* 1: rows staged in shared memory, a thread per row */
+    int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
@@ -35,6 +36,8 @@ typedef struct xent_knob {
     int nvalues;
     int values[12];
     size_t offset;       /* of the int field in xent_config */
+    int optional;        /* may be left out of config text, meaning its first value: knobs added
+                            after tune caches shipped, so their entries still parse */
 } xent_knob;
 
 /* The table: every knob, its legal values, and its field. */

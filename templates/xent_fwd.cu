@@ -17,6 +17,8 @@
  *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
  *                from registers when a segment fits one chunk, else re-reading it
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
+ *   XENT_PREFETCH 1: (PASSES=1) the next chunk's loads are issued before this chunk is
+ *                reduced, so a warp keeps bytes in flight while it computes
  *   XENT_TILE    1: a block stages BLOCK whole rows in shared memory with coalesced loads
  *                and each thread reduces one row (tiny c; needs TPR == 1, dynamic shared
  *                memory of BLOCK * row_stride elements)
@@ -56,6 +58,9 @@
 #endif
 #ifndef XENT_TILE
 #define XENT_TILE 0
+#endif
+#ifndef XENT_PREFETCH
+#define XENT_PREFETCH 0
 #endif
 #ifndef XENT_DYNAMIC
 #define XENT_DYNAMIC 0
@@ -375,6 +380,16 @@ __device__ __forceinline__ void scalars_sum(acc &a, const row_layout &l, int c, 
     for (int j = l.head + l.nv * XENT_VEC + lane; j < c; j += XENT_TPR) scalar_sum(a, l, j, t, w);
 }
 
+/* One loaded chunk into the online state: rescale the sum to the new max, add. */
+__device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
+                                             const row_layout &l, int vb, int v1, int lane, int t,
+                                             const float *__restrict__ w) {
+    float m = fmaxf(a.m, chunk_max(r));
+    a.s *= exp_shifted(a.m, safe_max(m));
+    a.m = m;
+    chunk_sum(a, r, l, vb, v1, lane, t, w);
+}
+
 /* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
 __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool scalars, int c,
                                        int lane, int t, const float *__restrict__ w, bool one_chunk) {
@@ -387,13 +402,23 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
     }
+#if XENT_PREFETCH
+    if (v0 < v1) load_chunk(l, v0, v1, lane, r);
+    for (int vb = v0; vb < v1; vb += CHUNK) {
+        unsigned next[XENT_ITEMS][VWORDS];
+        if (vb + CHUNK < v1) load_chunk(l, vb + CHUNK, v1, lane, next);
+        online_chunk(a, r, l, vb, v1, lane, t, w);
+#pragma unroll
+        for (int k = 0; k < XENT_ITEMS; k++)
+#pragma unroll
+            for (int q = 0; q < VWORDS; q++) r[k][q] = next[k][q];
+    }
+#else
     for (int vb = v0; vb < v1; vb += CHUNK) {
         load_chunk(l, vb, v1, lane, r);
-        float m = fmaxf(a.m, chunk_max(r));
-        a.s *= exp_shifted(a.m, safe_max(m));
-        a.m = m;
-        chunk_sum(a, r, l, vb, v1, lane, t, w);
+        online_chunk(a, r, l, vb, v1, lane, t, w);
     }
+#endif
 #else
     float m = scalars ? scalars_max(l, c, lane) : neg_inf();
     if (one_chunk) {
@@ -808,8 +833,9 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 /* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
  * registers and spilled; asking for one block per SM let others grow to 127
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
- * plus room for addresses and sums. */
-#define REGS_CHUNK (XENT_ITEMS * XENT_VEC + 32)
+ * plus room for addresses and sums (twice that with PREFETCH: at 96
+ * registers a 64-logit chunk and its successor spilled). */
+#define REGS_CHUNK ((XENT_ITEMS * XENT_VEC + 32) * (1 + XENT_PREFETCH))
 #define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING)
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)

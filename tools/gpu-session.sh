@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test crosscheck tune example exhaustive explore sweep export bench
+#   tools/gpu-session.sh info test crosscheck tune example exhaustive explore profile sweep export bench
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -56,6 +56,19 @@ for s in "$@"; do
             done
             run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
         done ;;
+    profile)
+        # hardware counters of xent's shipped plan and of the streaming read
+        # over the same bytes (bench/profile.py), one text report per call
+        stage "profile (Nsight Compute)"
+        for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10}; do
+            echo "--- $sh" >> "$OUT/profile.txt"
+            XENT_TUNECACHE=/nonexistent run timeout 120 ncu --clock-control none -k 'regex:xent_fwd|stream_read' \
+                --launch-skip 2 --launch-count 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+                --section WarpStateStats --section Occupancy --section LaunchStats \
+                --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active \
+                python3 bench/profile.py "$sh" >> "$OUT/profile.txt" 2>&1
+        done
+        grep -E "^---|xent_fwd|stream_read|Duration|DRAM Throughput|Memory Throughput|pipe_xu|pipe_fma|issue_active|Achieved Occupancy" "$OUT/profile.txt" ;;
     example)
         # the C API end to end, from the tune cache the tune stage filled
         stage "C example"
