@@ -21,7 +21,7 @@ const xent_knob xent_knobs[] = {
      KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0},
     {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
      KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0},
-    {"TILE", "1: a block stages BLOCK rows in shared memory, a thread reduces each (tiny c)",
+    {"TILE", "1: each warp stages 32 rows in shared memory, a thread reduces each (tiny c)",
      KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0},
     {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
      8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0},
@@ -81,10 +81,10 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "a team wider than a warp is the whole block (BLOCK == TPR)");
     if (cfg->tpr <= 32 && (cfg->block < MIN_WARP_TEAM_BLOCK || cfg->block > MAX_WARP_TEAM_BLOCK))
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
-    if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || vbytes != 4 || cfg->split != 1))
-        return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1 and 4-byte VEC");
+    if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || cfg->split != 1))
+        return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1");
     if (cfg->tile && cfg->persist == 2)
-        return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its blocks stage whole tiles in step)");
+        return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its warps take row groups by position)");
     if (cfg->prefetch && (cfg->passes != 1 || cfg->tile))
         return refuse(why, len, "PREFETCH=1 takes PASSES=1 and TILE=0 (the online loop over chunks)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
@@ -124,9 +124,9 @@ static int split_relevant(const xent_problem *p, int sm_count, const xent_config
  * splits of rows that already fill the GPU. */
 static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (!xent_config_fits(c, p, NULL, 0)) return 0;
-    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     int vmax = widest_vec(p->logits);
     if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
+    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     if (!split_relevant(p, sm_count, c)) return 0;
     long nv = (p->c + c->vec - 1) / c->vec;
     long seg = (nv + c->split - 1) / c->split;
@@ -222,15 +222,21 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     return XENT_OK;
 }
 
+/* The template's layout (tile_region): a region per warp of 32 rows plus
+ * VEC elements of room for the misalignment of the rows' span, each region
+ * rounded up to start 16-byte aligned. */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
+    if (!cfg->tile) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
-    return cfg->tile ? (size_t)cfg->block * (size_t)stride * (size_t)xent_dtype_size(p->logits) : 0;
+    size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
+    return (size_t)(cfg->block / 32) * region;
 }
 
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
     int64_t stride = p->row_stride ? p->row_stride : p->c;
-    if (cfg->tile && stride > MAX_TILE_BYTES / cfg->block / xent_dtype_size(p->logits))
-        return refuse(why, len, "TILE: BLOCK rows of this stride exceed 48 KB of shared memory");
+    /* the stride test first: it keeps xent_config_smem from overflowing */
+    if (cfg->tile && (stride > MAX_TILE_BYTES || xent_config_smem(cfg, p) > MAX_TILE_BYTES))
+        return refuse(why, len, "TILE: 32 rows of this stride per warp exceed 48 KB of shared memory");
     if (p->n * cfg->split > MAX_SPLIT_ITEMS)
         return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");
     /* Under PERSIST=2 which rows a block sums varies from run to run; split rows
@@ -246,7 +252,9 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     int vmax = widest_vec(p->logits);
     cfg->vec = p->c >= 256 ? vmax : stride_vec(p);
     cfg->cache = 0;
-    cfg->tile = 0; /* TILE is the tuner's to pick: at 1048576x10 it ran 28.9 us, a thread per row 23.3 */
+    /* TILE is the tuner's to pick: staged by whole blocks it ran 28.9 us at 1048576x10,
+     * a thread per row 23.3; staged per warp it is not measured yet */
+    cfg->tile = 0;
     cfg->persist = 1;
     cfg->split = 1;
     cfg->prefetch = 0;

@@ -19,9 +19,11 @@
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
  *   XENT_PREFETCH 1: (PASSES=1) the next chunk's loads are issued before this chunk is
  *                reduced, so a warp keeps bytes in flight while it computes
- *   XENT_TILE    1: a block stages BLOCK whole rows in shared memory with coalesced loads
- *                and each thread reduces one row (tiny c; needs TPR == 1, dynamic shared
- *                memory of BLOCK * row_stride elements)
+ *   XENT_TILE    1: tiny rows, a thread per row (TPR == 1). Each warp stages 32 whole rows
+ *                into its own shared-memory region with VEC-wide loads, several in flight
+ *                per lane, synchronising with __syncwarp only; then each lane reduces its
+ *                row from shared memory. Dynamic shared memory: WARPS regions of
+ *                32 * row_stride + VEC elements, each rounded up to 16 bytes
  * Problem defines (set from the problem, never tuned):
  *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
@@ -504,8 +506,13 @@ typedef unsigned tile_t;
 typedef unsigned short tile_t;
 #define TILE_LD ".u16"
 #endif
+/* Vector loads a lane issues before storing any: with one in flight at a
+ * time, latency, not bandwidth, bounds a warp's staging (a group of 32 rows
+ * of 10 fp32 is 80 16-byte vectors, one batch for the warp). */
+#define TILE_BATCH 4
+#define VBYTES (XENT_VEC * ESIZE)
 
-__device__ __forceinline__ tile_t load_raw(const tile_t *p) {
+__device__ __forceinline__ tile_t load_raw(const unsigned char *p) {
     tile_t v;
 #if XENT_LOGIT == 0
     asm(LD TILE_LD " %0, [%1];" : "=r"(v) : "l"(p));
@@ -513,6 +520,20 @@ __device__ __forceinline__ tile_t load_raw(const tile_t *p) {
     asm(LD TILE_LD " %0, [%1];" : "=h"(v) : "l"(p));
 #endif
     return v;
+}
+
+/* In asm: NVVM split the first store of a batch into four words, even with
+ * __builtin_assume_aligned. The clobber keeps it before the tile's reads. */
+__device__ __forceinline__ void store_vec(unsigned char *s, const unsigned (&r)[VWORDS]) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+#if VWORDS == 4
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};"
+                 :: "r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+#elif VWORDS == 2
+    asm volatile("st.shared.v2.u32 [%0], {%1,%2};" :: "r"(a), "r"(r[0]), "r"(r[1]) : "memory");
+#else
+    asm volatile("st.shared.u32 [%0], %1;" :: "r"(a), "r"(r[0]) : "memory");
+#endif
 }
 
 __device__ __forceinline__ float tile_elem(tile_t v) {
@@ -543,14 +564,41 @@ __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const flo
     return a;
 }
 
-/* Stage rows [r0, r0 + rows) with consecutive threads on consecutive
- * elements: every load is coalesced, whatever c and the alignment. */
-__device__ __forceinline__ void stage_tile(tile_t *tile, const unsigned char *logits, long long r0,
-                                           int rows, int c, long long stride) {
-    const tile_t *src = (const tile_t *)logits + r0 * stride;
+/* Stage the span of rows [r0, r0 + rows) ((rows - 1) * stride + c elements)
+ * into a warp's region and return mis, the span start's misalignment in
+ * elements. Element i goes to index i + mis, so the span's aligned vectors
+ * land on aligned shared addresses: one vector store each. The few scalars
+ * before the first aligned vector and after the last take a lane each. */
+__device__ __forceinline__ int stage_warp(unsigned char *region, const unsigned char *logits, long long r0,
+                                          int rows, int c, long long stride, int lane) {
+    const unsigned char *src = logits + (size_t)r0 * (size_t)stride * ESIZE;
+    const int mis = (int)(((size_t)src / ESIZE) % XENT_VEC);
     const int count = (int)((rows - 1) * stride + c);
-#pragma unroll 4
-    for (int i = threadIdx.x; i < count; i += XENT_BLOCK) tile[i] = load_raw(src + i);
+    const int head = mis ? min(XENT_VEC - mis, count) : 0;
+    const int nv = (count - head) / XENT_VEC;
+    const int tail = head + nv * XENT_VEC;
+    tile_t *dst = (tile_t *)region + mis;
+    /* head and tail are shorter than a vector, so a lane each suffices */
+    const bool has_head = lane < head, has_tail = lane < count - tail;
+    tile_t head_x = 0, tail_x = 0;
+    if (has_head) head_x = load_raw(src + (size_t)lane * ESIZE);
+    if (has_tail) tail_x = load_raw(src + (size_t)(tail + lane) * ESIZE);
+    const unsigned char *vsrc = src + (size_t)head * ESIZE;
+    unsigned char *vdst = (unsigned char *)(dst + head);
+    /* a batch covers a group of tiny rows: unrolled, the loop only took registers */
+#pragma unroll 1
+    for (int v = lane; v < nv; v += 32 * TILE_BATCH) {
+        unsigned r[TILE_BATCH][VWORDS];
+#pragma unroll
+        for (int k = 0; k < TILE_BATCH; k++)
+            if (v + 32 * k < nv) load_vec(vsrc + (size_t)(v + 32 * k) * VBYTES, r[k]);
+#pragma unroll
+        for (int k = 0; k < TILE_BATCH; k++)
+            if (v + 32 * k < nv) store_vec(vdst + (size_t)(v + 32 * k) * VBYTES, r[k]);
+    }
+    if (has_head) dst[lane] = head_x;
+    if (has_tail) dst[tail + lane] = tail_x;
+    return mis;
 }
 #endif
 
@@ -721,21 +769,38 @@ __device__ __forceinline__ double *split_results(const kargs &k) {
 }
 
 #if XENT_TILE
+/* Bytes of a warp's region: 32 rows plus room for the span's misalignment,
+ * rounded so every region starts 16-byte aligned (as xent_config_smem). */
+__device__ __forceinline__ size_t tile_region(long long stride) {
+    return align16((size_t)(32 * stride + XENT_VEC) * ESIZE);
+}
+
+/* Warp w of block b takes groups of 32 rows g = b * WARPS + w, then
+ * g + grid * WARPS, ...: warps never wait for each other, and the loop is
+ * uniform within a warp, so __syncwarp suffices. No thread returns early:
+ * finish_reduction needs the whole block. */
 __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, double &weight_acc) {
-    extern __shared__ tile_t tile[];
-    for (long long r0 = (long long)blockIdx.x * XENT_BLOCK; r0 < k.n; r0 += (long long)gridDim.x * XENT_BLOCK) {
-        const int rows = (int)min((long long)XENT_BLOCK, k.n - r0);
-        __syncthreads(); /* the previous tile is read */
-        stage_tile(tile, k.logits, r0, rows, k.c, k.stride);
-        __syncthreads();
-        if ((int)threadIdx.x >= rows) continue;
-        const long long row = r0 + threadIdx.x;
-        const long long t = (long long)load_target(k.targets, row);
+    extern __shared__ __align__(16) unsigned char tiles[];
+    const int lane = threadIdx.x % 32;
+    unsigned char *region = tiles + (threadIdx.x / 32) * tile_region(k.stride);
+    const long long groups = (k.n + 31) / 32;
+    for (long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32; g < groups;
+         g += (long long)gridDim.x * WARPS) {
+        const long long r0 = g * 32;
+        const int rows = (int)min(32LL, k.n - r0);
+        const long long row = r0 + lane;
+        /* before the staging, so its latency hides behind it */
+        const long long t = lane < rows ? (long long)load_target(k.targets, row) : k.ignore_index;
+        __syncwarp(); /* every lane has read the previous group */
+        const int mis = stage_warp(region, k.logits, r0, rows, k.c, k.stride, lane);
+        __syncwarp();
+        if (lane >= rows) continue;
         const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
-        acc a = tile_row(tile + threadIdx.x * k.stride, k.c, t_in, k.weights);
+        acc a = tile_row((const tile_t *)region + mis + lane * k.stride, k.c, t_in, k.weights);
         row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
         emit_row(k, row, r, loss_acc, weight_acc);
     }
+    __syncwarp(); /* lanes past the last row rejoin before finish_reduction's barriers */
 }
 #else
 /* Lane 0 of a team with its item's total: a finished row goes out, a

@@ -3,7 +3,8 @@
  * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
  * fp16 and bf16 config, every 48th fp32 and 96th bf16 config with PERSIST=2 (its
- * own row loop), and the heuristic's config for the benchmark shapes. */
+ * own row loop), every TILE config, and the heuristic's config for the
+ * benchmark shapes. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,36 @@ END_TEST
 START_TEST(sample_dynamic) {
     compile_space(XENT_F32, 48, 2);
     compile_space(XENT_BF16, 96, 2);
+}
+END_TEST
+
+/* Every TILE config: the staging code differs by VEC and dtype, and the
+ * sample above reaches few of them. Problem defines vary across them. */
+START_TEST(tile_configs_compile) {
+    for (int d = 0; d < 3; d++) {
+        size_t n = xent_space_enumerate((xent_dtype)d, NULL, 132, NULL, 0);
+        xent_config *all = calloc(n, sizeof *all);
+        ck_assert_ptr_nonnull(all);
+        xent_space_enumerate((xent_dtype)d, NULL, 132, all, n);
+        int k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (all[i].tile) all[k++] = all[i];
+        ck_assert_int_gt(k, 0);
+        xent_problem p;
+        xent_problem_init(&p, 1048576, 10);
+        p.logits = (xent_dtype)d;
+        for (int part = 0; part < 3; part++) {
+            int lo = k * part / 3, hi = k * (part + 1) / 3;
+            p.reduction = (xent_reduction)((part + 2) % 3);
+            p.has_weights = part == 2;
+            p.label_smoothing = part == 2 ? 0.1f : 0.0f;
+            p.write_lse = part == 1;
+            p.targets = part == 1 ? XENT_I32 : XENT_I64;
+            compile_and_check(all + lo, hi - lo, &p);
+        }
+        fprintf(stderr, "compiled the %d TILE configs for dtype %d\n", k, d);
+        free(all);
+    }
 }
 END_TEST
 
@@ -218,6 +249,7 @@ int main(void) {
     tcase_add_test(tc, kernel_cache_rejects_a_tampered_entry);
     tcase_add_test(tc, kernel_cache_can_be_off);
     tcase_add_test(tc, heuristic_configs_compile);
+    tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, sample_f32);
     tcase_add_test(tc, sample_f16);
     tcase_add_test(tc, sample_bf16);

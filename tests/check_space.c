@@ -182,6 +182,51 @@ START_TEST(dynamic_schedule_keeps_sums_reproducible) {
 }
 END_TEST
 
+/* TILE's dynamic shared memory is the template's layout (tile_region): per
+ * warp, 32 rows plus VEC elements of room for the span's misalignment, each
+ * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
+START_TEST(tile_shared_memory_is_per_warp) {
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    char why[160] = "";
+    ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
+    xent_problem p;
+    xent_problem_init(&p, 1048576, 10);
+    ck_assert_uint_eq(xent_config_smem(&c, &p), 4 * 1296); /* (32*10 + 4) * 4 bytes, 16-aligned already */
+    c.vec = 2;
+    p.logits = XENT_F16;
+    p.c = p.row_stride = 3;
+    ck_assert_uint_eq(xent_config_smem(&c, &p), 4 * 208); /* (32*3 + 2) * 2 = 196, rounded up */
+    c.block = 512;
+    p.logits = XENT_F32;
+    p.c = 10;
+    p.row_stride = 13;
+    ck_assert_uint_eq(xent_config_smem(&c, &p), 16 * 1680); /* the stride, not c: (416 + 2) * 4 = 1672 */
+    c.tile = 0;
+    ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
+    /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1};
+    xent_problem_init(&p, 1048576, 23);
+    ck_assert(xent_config_fits(&c, &p, NULL, 0));
+    p.c = p.row_stride = 24;
+    ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "TILE"));
+    p.c = 10;
+    p.row_stride = (int64_t)1 << 40; /* no overflow on the way to a refusal */
+    ck_assert(!xent_config_fits(&c, &p, NULL, 0));
+    /* the tuner offers TILE with 16-byte loads for tiny rows, and only what fits */
+    xent_problem_init(&p, 1048576, 10);
+    size_t n;
+    xent_config *rel = enumerate_all(XENT_F32, &p, &n);
+    int wide = 0;
+    for (size_t i = 0; i < n; i++) {
+        wide |= rel[i].tile && rel[i].vec == 4;
+        ck_assert(!rel[i].tile || xent_config_smem(&rel[i], &p) <= 48 * 1024);
+    }
+    ck_assert(wide);
+    free(rel);
+}
+END_TEST
+
 START_TEST(defines_follow_the_problem) {
     xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0};
     xent_problem p;
@@ -217,6 +262,7 @@ int main(void) {
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
     tcase_add_test(tc, dynamic_schedule_keeps_sums_reproducible);
+    tcase_add_test(tc, tile_shared_memory_is_per_warp);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
