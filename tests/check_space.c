@@ -97,8 +97,47 @@ START_TEST(parse_rejects_bad_text) {
 }
 END_TEST
 
+/* PREFETCH came after tune caches shipped: their text, without it, still
+ * parses (as 0); the older knobs stay required, and PREFETCH keeps to the
+ * online loop and doubles the chunk's register count. */
+START_TEST(prefetch_is_optional_and_constrained) {
+    xent_config c;
+    char why[160];
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+                                       &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(c.prefetch, 0);
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
+                                       "PREFETCH=1", &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(c.prefetch, 1);
+    ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
+    xent_config other;
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 PREFETCH=0",
+                                       &other, why, sizeof why), XENT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(why, "TILE"));
+    xent_config two = c;
+    two.passes = 2;
+    ck_assert(!xent_config_legal(&two, XENT_F32, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "PREFETCH"));
+    xent_config wide = c;
+    wide.items = 16; /* 64 logits a chunk, twice: more than a 256-thread block's registers */
+    ck_assert(!xent_config_legal(&wide, XENT_F32, why, sizeof why));
+    wide.prefetch = 0;
+    ck_assert(xent_config_legal(&wide, XENT_F32, why, sizeof why));
+    /* a segment of one chunk has nothing to fetch ahead: the tuner does not offer it */
+    xent_problem p;
+    xent_problem_init(&p, 32768, 1024); /* 256 float4 a row: 8 a lane of a warp */
+    size_t n = xent_space_enumerate(XENT_F32, &p, 132, NULL, 0);
+    xent_config *cands = calloc(n, sizeof *cands);
+    ck_assert_ptr_nonnull(cands);
+    xent_space_enumerate(XENT_F32, &p, 132, cands, n);
+    for (size_t i = 0; i < n; i++)
+        if (cands[i].prefetch && cands[i].tpr == 32) ck_assert_int_lt(cands[i].items, 8);
+    free(cands);
+}
+END_TEST
+
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -106,11 +145,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -186,7 +225,7 @@ END_TEST
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
  * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
-    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
     ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
     xent_problem p;
@@ -204,7 +243,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
     /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
-    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1};
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0};
     xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
     p.c = p.row_stride = 24;
@@ -228,7 +267,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
@@ -257,6 +296,7 @@ int main(void) {
     tcase_add_test(tc, every_config_renders);
     tcase_add_test(tc, text_round_trip);
     tcase_add_test(tc, parse_rejects_bad_text);
+    tcase_add_test(tc, prefetch_is_optional_and_constrained);
     tcase_add_test(tc, constraints_hold);
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);

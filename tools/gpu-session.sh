@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test crosscheck tune example exhaustive explore profile sweep export bench
+#   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
-# Seen on the H200 (2026-12-02): test 6-8 min with a cold kernel cache (the
-# full sweep compiles ~5900 kernels, 60-110 s a dtype on 16 cores; a call of
-# 10 minutes holds little else), crosscheck ~1 min, tune ~1 min, exhaustive
-# 10-25 s a shape, sweep ~2.5 min at SWEEP_BUDGET=3, bench ~1.5 min.
+# Seen on the H200 (2026-12-02): test ~3 min, configs 1.5-2 min a dtype with
+# a cold kernel cache, crosscheck ~1 min, tune ~1 min, exhaustive 10-25 s a
+# shape, sweep ~2.5 min at SWEEP_BUDGET=3, bench ~1.5 min; a call has 10 min.
 set -uo pipefail
 OUT=${OUT:-/tmp/xent-out}
 mkdir -p "$OUT"
@@ -31,14 +30,24 @@ for s in "$@"; do
         nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
         git log -1 --format='commit %h %s' 2>/dev/null || true ;;
     test)
-        # the binaries make test-gpu runs; make itself would try to rebuild here
-        stage "GPU suites"
-        for t in build/tests/gpu/check_*; do run timeout "${TEST_TIMEOUT:-900}" "$t"; done ;;
+        # the binaries make test-gpu runs (make itself would try to rebuild
+        # here), all but the sweep of every config: see the configs stage
+        stage "GPU suites but the config sweep"
+        run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_tune
+        CK_EXCLUDE_TAGS=sweep run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_gpu ;;
+    configs)
+        # every config of the space, for the dtypes in SWEEP_DTYPES (default
+        # all three; one dtype compiles 2600-3100 kernels, 80-100 s on 16 cores)
+        stage "config sweep ${SWEEP_DTYPES:-f32,f16,bf16}"
+        CK_INCLUDE_TAGS=sweep XENT_TEST_SWEEP_DTYPES="${SWEEP_DTYPES:-f32,f16,bf16}" \
+            run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_gpu ;;
     crosscheck)
         stage "PyTorch cross-check"
         run python3 tests/gpu/torch_crosscheck.py ;;
     tune)
         stage "tune the benchmark shapes"
+        # from the shipped entries, so that export keeps the ones not retuned here
+        run $TUNE import tunecache/h200.sql
         for sh in $BENCH_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top 3; done
         for sh in $BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 --budget "${TUNE_BUDGET:-10}" -q --top 3; done ;;
     exhaustive)

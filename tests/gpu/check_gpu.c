@@ -107,6 +107,7 @@ typedef struct stats {
     double maxelem[3];            /* per logits dtype: worst per-element err / bound scale */
     long cfg_total, cfg_run, cfg_failed, cfg_compile_failed;
     int sweep_not_run;            /* dtypes left out by XENT_TEST_SWEEP_DTYPES */
+    long cfg_spilled;             /* compiled configs whose ptxas report shows spills */
     double sweep_compile_s, sweep_run_s;
     int timed;
     double t_b2b_us, t_single_us;
@@ -711,21 +712,32 @@ static size_t compile_all(const xent_config *cfgs, const xent_problem *probs, in
     const double t0 = now_s();
     const size_t chunk = every ? every : (count ? count : 1);
     char (*errs)[512] = calloc(chunk, sizeof *errs);
-    ck_assert_ptr_nonnull(errs);
+    xent_cubin *bins = calloc(chunk, sizeof *bins);
+    ck_assert(errs && bins);
     size_t failed = 0;
     for (size_t at = 0; at < count; at += chunk) {
         const int n = (int)(count - at < chunk ? count - at : chunk);
-        xent_compile_many(cfgs + at, n, probs + at, n, G.ctx->arch, ncpus(), rcs + at, NULL, errs);
+        xent_compile_many(cfgs + at, n, probs + at, n, G.ctx->arch, ncpus(), rcs + at, bins, errs);
         for (int i = 0; i < n; i++) {
-            if (rcs[at + i] == XENT_OK) continue;
             char cfg[200];
             xent_config_format(&cfgs[at + i], cfg, sizeof cfg);
-            fprintf(stderr, "%s: compiling %s failed: %s\n%s\n", label, cfg, xent_errstr(rcs[at + i]), errs[i]);
-            failed++;
+            if (rcs[at + i] != XENT_OK) {
+                fprintf(stderr, "%s: compiling %s failed: %s\n%s\n", label, cfg, xent_errstr(rcs[at + i]), errs[i]);
+                failed++;
+                continue;
+            }
+            /* CI checks a sample for spills; here, with the GPU machine's cores, every config */
+            if (bins[i].spill_bytes > 0 || bins[i].stack_bytes > 0) {
+                if (S->cfg_spilled++ < 10)
+                    fprintf(stderr, "%s: %s spills %d bytes (%d registers, %d bytes stack)\n", label, cfg,
+                            bins[i].spill_bytes, bins[i].registers, bins[i].stack_bytes);
+            }
+            xent_cubin_free(&bins[i]);
         }
         if (every) fprintf(stderr, "%s: %zu/%zu compiled (%.1f s)\n", label, at + (size_t)n, count, now_s() - t0);
     }
     free(errs);
+    free(bins);
     return failed;
 }
 
@@ -1343,6 +1355,7 @@ START_TEST(test_sweep) {
     snprintf(label, sizeof label, "configs %s", dt_name(d));
     fprintf(stderr, "%s: %zu of %zu configs, %d compile threads\n", label, count, total, ncpus());
     double t0 = now_s();
+    const long spilled_before = S->cfg_spilled;
     size_t cfail = compile_all(cfgs, probs, rcs, count, label, 200);
     /* every 16th config also runs with PERSIST=2, which renders its own row loop */
     xent_config *dyn = malloc(count * sizeof *dyn);
@@ -1434,6 +1447,8 @@ START_TEST(test_sweep) {
     free(rcs);
     ck_assert_msg(cfail == 0, "%zu configs of %s failed to compile", cfail, dt_name(d));
     ck_assert_msg(failed == 0, "%zu of %zu configs of %s failed (details on stderr)", failed, count, dt_name(d));
+    ck_assert_msg(S->cfg_spilled == spilled_before, "%ld configs of %s spill (details on stderr)",
+                  S->cfg_spilled - spilled_before, dt_name(d));
 }
 END_TEST
 
@@ -1544,6 +1559,8 @@ static Suite *gpu_suite(void) {
         tc[k] = tcase_create(cases[k].name);
         tcase_add_checked_fixture(tc[k], setup, teardown);
         tcase_set_timeout(tc[k], cases[k].timeout);
+        /* CK_EXCLUDE_TAGS=sweep runs all but the sweep, CK_INCLUDE_TAGS=sweep only it */
+        if (!strcmp(cases[k].name, "configs")) tcase_set_tags(tc[k], "sweep");
         suite_add_tcase(s, tc[k]);
     }
     tcase_add_test(tc[0], test_device_info);
@@ -1644,8 +1661,10 @@ int main(void) {
            "max rel err fp32 %.2e, f16 %.2e, bf16 %.2e (worst |out - ref| / scale: %.2e, %.2e, %.2e; tolerance %.0e)\n",
            S->shapes_run, S->matrix_checks, S->checks - S->shape_checks - S->matrix_checks, S->checks, S->failed,
            S->maxerr[0], S->maxerr[1], S->maxerr[2], S->maxelem[0], S->maxelem[1], S->maxelem[2], TOL);
-    printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile (compile %.0f s, run %.0f s)\n",
-           S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->sweep_compile_s, S->sweep_run_s);
+    printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile, %ld spilled (compile %.0f s, "
+           "run %.0f s)\n",
+           S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->cfg_spilled, S->sweep_compile_s,
+           S->sweep_run_s);
     const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_SWEEP_EVERY"};
     for (int k = 0; k < 3; k++)
         if (getenv(sel[k]) && *getenv(sel[k]))
