@@ -899,9 +899,10 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * registers and spilled; asking for one block per SM let others grow to 127
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
  * plus room for addresses and sums (twice that with PREFETCH: at 96
- * registers a 64-logit chunk and its successor spilled). */
+ * registers a 64-logit chunk and its successor spilled; a little more for
+ * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes). */
 #define REGS_CHUNK ((XENT_ITEMS * XENT_VEC + 32) * (1 + XENT_PREFETCH))
-#define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING)
+#define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_DYNAMIC)
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
 
