@@ -900,9 +900,12 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
  * plus room for addresses and sums (twice that with PREFETCH: at 96
  * registers a 64-logit chunk and its successor spilled; a little more for
- * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes). */
+ * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
+ * and for weighted smoothing, whose class weights are loaded beside the
+ * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
 #define REGS_CHUNK ((XENT_ITEMS * XENT_VEC + 32) * (1 + XENT_PREFETCH))
-#define REGS_WANTED ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_DYNAMIC)
+#define REGS_WANTED \
+    ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + 16 * XENT_DYNAMIC)
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
 

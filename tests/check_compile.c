@@ -3,8 +3,8 @@
  * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
  * fp16 and bf16 config, every 48th fp32 and 96th bf16 config with PERSIST=2 (its
- * own row loop), every TILE config, and the heuristic's config for the
- * benchmark shapes. */
+ * own row loop), every TILE config, the heuristic's config for the
+ * benchmark shapes, and the configs the GPU sweep once found spilling. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +133,40 @@ START_TEST(heuristic_configs_compile) {
 }
 END_TEST
 
+/* Configs the GPU sweep (which checks every config for spills on 16 cores)
+ * found spilling on 2026-12-02, before the template asked for more registers
+ * for the dynamic schedule and for weighted smoothing: under every problem
+ * variant, none may spill again. */
+START_TEST(sweep_spills_stay_fixed) {
+    static const struct {
+        xent_dtype d;
+        const char *cfg;
+    } found[] = {
+        {XENT_F32, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
+        {XENT_F32, "VEC=4 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2"},
+        {XENT_F16, "VEC=4 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
+        {XENT_F16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
+        {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"},
+        {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0"},
+    };
+    for (size_t i = 0; i < sizeof found / sizeof found[0]; i++) {
+        xent_config c;
+        char why[256];
+        ck_assert_msg(xent_config_parse(found[i].cfg, &c, why, sizeof why) == XENT_OK, "%s", why);
+        for (int v = 0; v < 4; v++) {
+            xent_problem p;
+            xent_problem_init(&p, 1000, 1000);
+            p.logits = found[i].d;
+            p.reduction = (xent_reduction)(v % 3);
+            p.has_weights = v >= 2;
+            p.label_smoothing = v >= 2 ? 0.1f : 0.0f;
+            p.write_lse = v == 3;
+            compile_and_check(&c, 1, &p);
+        }
+    }
+}
+END_TEST
+
 START_TEST(compile_error_keeps_the_log) {
     xent_cubin bin;
     char err[4096];
@@ -169,7 +203,7 @@ static xent_problem small_problem(void) {
     return p;
 }
 
-static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0};
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0};
 
 START_TEST(kernel_cache_memory_and_disk) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
@@ -249,6 +283,7 @@ int main(void) {
     tcase_add_test(tc, kernel_cache_rejects_a_tampered_entry);
     tcase_add_test(tc, kernel_cache_can_be_off);
     tcase_add_test(tc, heuristic_configs_compile);
+    tcase_add_test(tc, sweep_spills_stay_fixed);
     tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, sample_f32);
     tcase_add_test(tc, sample_f16);

@@ -67,7 +67,7 @@ for s in "$@"; do
         done ;;
     profile)
         # hardware counters of xent's shipped plan and of the streaming read
-        # over the same bytes (bench/profile.py), one text report per call
+        # over the same bytes (bench/ncu_profile.py), one text report per call
         stage "profile (Nsight Compute)"
         for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10}; do
             echo "--- $sh" >> "$OUT/profile.txt"
@@ -75,7 +75,7 @@ for s in "$@"; do
                 --launch-skip 2 --launch-count 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
                 --section WarpStateStats --section Occupancy --section LaunchStats \
                 --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active \
-                python3 bench/profile.py "$sh" >> "$OUT/profile.txt" 2>&1
+                python3 bench/ncu_profile.py "$sh" >> "$OUT/profile.txt" 2>&1
         done
         grep -E "^---|xent_fwd|stream_read|Duration|DRAM Throughput|Memory Throughput|pipe_xu|pipe_fma|issue_active|Achieved Occupancy" "$OUT/profile.txt" ;;
     example)

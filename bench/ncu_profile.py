@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""profile.py — launch xent's plan for one shape a few times, then the
+"""ncu_profile.py — launch xent's plan for one shape a few times, then the
 streaming read over the same bytes, so that Nsight Compute can read the
 hardware counters of both kernels (docs/performance.md, "What the gaps are
 made of"). The third xent launch and the first read are the ones to profile:
 
     ncu --clock-control none -k regex:'xent_fwd|stream_read' --launch-skip 2 \\
-        --launch-count 2 --section SpeedOfLight ... python3 bench/profile.py 32768x4096:bf16
+        --launch-count 2 --section SpeedOfLight ... python3 bench/ncu_profile.py 32768x4096:bf16
 
 The same inputs and plan source as bench.py (the shipped cache unless
 XENT_DATADIR or XENT_TUNECACHE say otherwise).
