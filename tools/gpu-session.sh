@@ -60,7 +60,7 @@ for s in "$@"; do
         # costs at the reference shape, and bf16 against a row-losses-only kernel
         stage "explore"
         for red in none mean; do
-            for sh in ${EXPLORE_SHAPES:-32768x4096 1048576x10 64x262144}; do
+            for sh in ${EXPLORE_SHAPES:-32768x4096 4096x32000 1048576x10 64x262144}; do
                 run $TUNE --gpu h200 --shape "$sh" --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
             done
             run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
@@ -69,7 +69,7 @@ for s in "$@"; do
         # hardware counters of xent's shipped plan and of the streaming read
         # over the same bytes (bench/ncu_profile.py), one text report per call
         stage "profile (Nsight Compute)"
-        for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10}; do
+        for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10 4096x32000 8192x128256:bf16}; do
             echo "--- $sh" >> "$OUT/profile.txt"
             XENT_TUNECACHE=/nonexistent run timeout 120 ncu --clock-control none -k 'regex:xent_fwd|stream_read' \
                 --launch-skip 2 --launch-count 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
