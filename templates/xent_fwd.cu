@@ -165,16 +165,27 @@ __device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[V
 #endif
 }
 
+#if XENT_LOGIT != 0
+/* A 16-bit logit (fp16 or bf16 bits) as fp32. */
+__device__ __forceinline__ float widen16(unsigned short h) {
+#if XENT_LOGIT == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float(((unsigned)h) << 16);
+#endif
+}
+#endif
+
 /* Element e of a loaded vector, as fp32. */
 __device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
 #if XENT_LOGIT == 0
     return __uint_as_float(r[e]);
 #elif XENT_LOGIT == 1
-    unsigned short h = (unsigned short)(r[e / 2] >> (16 * (e % 2)));
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
+    return widen16((unsigned short)(r[e / 2] >> (16 * (e % 2))));
 #else
+    /* the high half needs no shift */
     return __uint_as_float((e % 2) ? (r[e / 2] & 0xffff0000u) : (r[e / 2] << 16));
 #endif
 }
@@ -183,14 +194,7 @@ __device__ __forceinline__ float load_scalar(const unsigned char *row, long long
 #if XENT_LOGIT == 0
     return __ldg((const float *)row + j);
 #else
-    unsigned short h = __ldg((const unsigned short *)row + j);
-#if XENT_LOGIT == 1
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#else
-    return __uint_as_float(((unsigned)h) << 16);
-#endif
+    return widen16(__ldg((const unsigned short *)row + j));
 #endif
 }
 
@@ -539,12 +543,8 @@ __device__ __forceinline__ void store_vec(unsigned char *s, const unsigned (&r)[
 __device__ __forceinline__ float tile_elem(tile_t v) {
 #if XENT_LOGIT == 0
     return __uint_as_float(v);
-#elif XENT_LOGIT == 1
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
 #else
-    return __uint_as_float(((unsigned)v) << 16);
+    return widen16(v);
 #endif
 }
 

@@ -191,13 +191,20 @@ static void expect_in(const char *what, const char *text, const char *needle, co
     ck_assert_msg(strstr(text, needle) != NULL, "%s: %s lacks \"%s\":\n%s", r->cmd, what, needle, text);
 }
 
+/* A refusal: exit `code`, nothing on stdout, and on stderr a message that
+ * starts as `prefix` says ("xent-tune: ..."). */
+static void expect_failure(const result *r, int code, const char *prefix)
+{
+    expect_code(r, code);
+    ck_assert_msg(r->out_len == 0, "%s printed to stdout:\n%s", r->cmd, r->out);
+    expect_in("stderr", r->err, prefix, r);
+}
+
 /* Bad usage: exit 2, nothing on stdout, and on stderr the reason (containing
  * each needle) and the pointer to --help. */
 static void expect_usage(const result *r, const char *needle1, const char *needle2)
 {
-    expect_code(r, EXIT_USAGE);
-    ck_assert_msg(r->out_len == 0, "%s: bad usage printed to stdout:\n%s", r->cmd, r->out);
-    expect_in("stderr", r->err, "xent-tune: ", r);
+    expect_failure(r, EXIT_USAGE, "xent-tune: ");
     expect_in("stderr", r->err, needle1, r);
     if (needle2)
         expect_in("stderr", r->err, needle2, r);
@@ -554,9 +561,7 @@ START_TEST(test_shapes_file_errors)
 {
     const char *missing = tpath("no-such-shapes.txt");
     result r = RUN("--dry-run", "--shapes-file", missing);
-    expect_code(&r, EXIT_USAGE);
-    ck_assert_msg(r.out_len == 0, "%s printed to stdout:\n%s", r.cmd, r.out);
-    expect_in("stderr", r.err, "xent-tune: cannot open shapes file", &r);
+    expect_failure(&r, EXIT_USAGE, "xent-tune: cannot open shapes file");
     expect_in("stderr", r.err, missing, &r);
     expect_in("stderr", r.err, "No such file", &r);
     result_free(&r);
@@ -842,10 +847,8 @@ START_TEST(test_tune_without_gpu)
             /* A driver is here: whatever the outcome, the usage was fine. */
             ck_assert_msg(r.code != EXIT_USAGE, "%s: exit 2 on good usage: %s", r.cmd, r.err);
         } else {
-            expect_code(&r, EXIT_DEVICE);
-            expect_in("stderr", r.err, "xent-tune: ", &r);
+            expect_failure(&r, EXIT_DEVICE, "xent-tune: ");
             expect_in("stderr", r.err, "libcuda.so.1", &r);
-            ck_assert_msg(r.out_len == 0, "%s printed to stdout:\n%s", r.cmd, r.out);
             /* It gave up before creating a tune cache. */
             ck_assert_msg(!exists(db), "%s created %s without a GPU", r.cmd, db);
             ck_assert_msg(!exists(tpath("user-tune.db")), "%s created the user tune cache", r.cmd);
@@ -966,9 +969,7 @@ START_TEST(test_show_missing_db)
 {
     const char *db = tpath("missing.db");
     result r = RUN("show", "--db", db);
-    expect_code(&r, EXIT_CACHE);
-    ck_assert_msg(r.out_len == 0, "%s printed to stdout:\n%s", r.cmd, r.out);
-    expect_in("stderr", r.err, "xent-tune: tune cache ", &r);
+    expect_failure(&r, EXIT_CACHE, "xent-tune: tune cache ");
     expect_in("stderr", r.err, db, &r);
     expect_in("stderr", r.err, "cannot open", &r);
     /* show is read-only: it did not create the file. */
@@ -1143,9 +1144,7 @@ START_TEST(test_import_malformed)
     for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
         write_text(bad, malformed[i]);
         r = RUN("import", bad, "--db", db);
-        expect_code(&r, EXIT_CACHE);
-        ck_assert_msg(r.out_len == 0, "%s printed to stdout:\n%s", r.cmd, r.out);
-        expect_in("stderr", r.err, "xent-tune: tune cache ", &r);
+        expect_failure(&r, EXIT_CACHE, "xent-tune: tune cache ");
         expect_in("stderr", r.err, "import", &r);
         expect_in("stderr", r.err, "nothing was imported", &r);
         result_free(&r);
@@ -1190,9 +1189,7 @@ START_TEST(test_corrupt_db)
     write_file(db, junk, sizeof junk);
 
     result r = RUN("show", "--db", db);
-    expect_code(&r, EXIT_CACHE);
-    ck_assert_msg(r.out_len == 0, "%s printed to stdout:\n%s", r.cmd, r.out);
-    expect_in("stderr", r.err, "xent-tune: tune cache ", &r);
+    expect_failure(&r, EXIT_CACHE, "xent-tune: tune cache ");
     expect_in("stderr", r.err, db, &r);
     expect_in("stderr", r.err, "not a database", &r);
     result_free(&r);
@@ -1260,11 +1257,7 @@ END_TEST
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
-    struct {
-        const char *name;
-        int timeout;
-        const TTest *test;
-    } groups[] = {
+    const scratch_test groups[] = {
         {"usage", 60, test_no_shape},
         {"usage", 60, test_bad_shapes},
         {"usage", 60, test_unknown_option},
@@ -1293,18 +1286,7 @@ static Suite *cli_suite(void)
         {"cache", 60, test_corrupt_db},
         {"cache", 60, test_foreign_and_truncated_db},
     };
-    TCase *tc = NULL;
-    const char *cur = "";
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        if (strcmp(cur, groups[i].name) != 0) {
-            cur = groups[i].name;
-            tc = tcase_create(cur);
-            tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
-            tcase_set_timeout(tc, groups[i].timeout);
-            suite_add_tcase(s, tc);
-        }
-        tcase_add_test(tc, groups[i].test);
-    }
+    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;
 }
 

@@ -987,34 +987,24 @@ END_TEST
 static Suite *tunecache_suite(void)
 {
     Suite *s = suite_create("tunecache");
-    struct { const char *name; const TTest *test; } groups[] = {
-        { "schema", test_schema_created },         { "schema", test_memory_db },
-        { "schema", test_newer_version_refused },  { "schema", test_foreign_db_refused },
-        { "schema", test_readonly },               { "schema", test_corrupt_file },
-        { "schema", test_truncated_file },         { "schema", test_open_bad_args },
-        { "putget", test_upsert },                 { "putget", test_get_miss },
-        { "putget", test_key_fields_distinguish }, { "putget", test_put_invalid },
-        { "nearest", test_nearest },               { "nearest", test_nearest_ties },
-        { "lookup", test_lookup_order },           { "lookup", test_lookup_nearer_store_wins },
-        { "trials", test_trials_counted },         { "trials", test_foreach },
-        { "io", test_export_import_roundtrip },    { "io", test_export_exact_doubles },
-        { "io", test_export_gpu_filter },
-        { "io", test_import_malformed },           { "io", test_import_refuses_other_statements },
-        { "io", test_import_blank_and_comments },  { "io", test_import_file },
-        { "procs", test_two_processes },           { "procs", test_concurrent_create },           { "env", test_user_path },
+    const scratch_test groups[] = {
+        { "schema", 60, test_schema_created },         { "schema", 60, test_memory_db },
+        { "schema", 60, test_newer_version_refused },  { "schema", 60, test_foreign_db_refused },
+        { "schema", 60, test_readonly },               { "schema", 60, test_corrupt_file },
+        { "schema", 60, test_truncated_file },         { "schema", 60, test_open_bad_args },
+        { "putget", 60, test_upsert },                 { "putget", 60, test_get_miss },
+        { "putget", 60, test_key_fields_distinguish }, { "putget", 60, test_put_invalid },
+        { "nearest", 60, test_nearest },               { "nearest", 60, test_nearest_ties },
+        { "lookup", 60, test_lookup_order },           { "lookup", 60, test_lookup_nearer_store_wins },
+        { "trials", 60, test_trials_counted },         { "trials", 60, test_foreach },
+        { "io", 60, test_export_import_roundtrip },    { "io", 60, test_export_exact_doubles },
+        { "io", 60, test_export_gpu_filter },
+        { "io", 60, test_import_malformed },           { "io", 60, test_import_refuses_other_statements },
+        { "io", 60, test_import_blank_and_comments },  { "io", 60, test_import_file },
+        { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
+        { "env", 60, test_user_path },
     };
-    TCase *tc = NULL;
-    const char *cur = "";
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        if (strcmp(cur, groups[i].name) != 0) {
-            cur = groups[i].name;
-            tc = tcase_create(cur);
-            tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
-            tcase_set_timeout(tc, 60);
-            suite_add_tcase(s, tc);
-        }
-        tcase_add_test(tc, groups[i].test);
-    }
+    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;
 }
 

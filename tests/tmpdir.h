@@ -3,8 +3,10 @@
 #ifndef XENT_TESTS_TMPDIR_H
 #define XENT_TESTS_TMPDIR_H
 
+#include <check.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 
 static char tmpdir[128];
@@ -29,5 +31,28 @@ static void remove_tree(const char *dir) {
 }
 
 static void remove_tmpdir(void) { remove_tree(tmpdir); }
+
+/* A suite's tests as a table: consecutive entries with one name form a test
+ * case (the first entry's timeout), each test in a fresh tmpdir from `make`. */
+typedef struct {
+    const char *tcase;
+    int timeout;
+    const TTest *test;
+} scratch_test;
+
+static void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, void (*make)(void)) {
+    TCase *tc = NULL;
+    const char *cur = "";
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(cur, t[i].tcase) != 0) {
+            cur = t[i].tcase;
+            tc = tcase_create(cur);
+            tcase_add_checked_fixture(tc, make, remove_tmpdir);
+            tcase_set_timeout(tc, t[i].timeout);
+            suite_add_tcase(s, tc);
+        }
+        tcase_add_test(tc, t[i].test);
+    }
+}
 
 #endif

@@ -205,14 +205,16 @@ typedef struct spec {
 } spec;
 
 static void spec_init(spec *sp, const char *label, int64_t n, int64_t c) {
+    xent_problem defaults; /* PyTorch's, as the library states them */
+    xent_problem_init(&defaults, n, c);
     memset(sp, 0, sizeof *sp);
     sp->label = label;
     sp->n = n;
     sp->c = c;
-    sp->dt = XENT_F32;
-    sp->it = XENT_I64;
-    sp->red = XENT_REDUCE_MEAN;
-    sp->ignore_index = -100;
+    sp->dt = defaults.logits;
+    sp->it = defaults.targets;
+    sp->red = defaults.reduction;
+    sp->ignore_index = defaults.ignore_index;
     sp->dist = DIST_NORMAL;
     sp->scale = 1.0f;
     sp->repeat = 1;
