@@ -30,12 +30,17 @@ const xent_knob xent_knobs[] = {
      3, {0, 1, 2}, KNOB(persist), 0},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1},
+    {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
+     "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
 #define REGS_PER_SM 65536
 /* Dynamic shared memory available without opting in. */
 #define MAX_TILE_BYTES (48 * 1024)
+/* The most dynamic shared memory a block may opt in to on sm_90 (227 KB),
+ * less room for the template's static shared memory. */
+#define MAX_ASYNC_BYTES (224 * 1024)
 /* Row partials beyond this many (rows x segments) make the workspace large. */
 #define MAX_SPLIT_ITEMS (1L << 22)
 /* Block sizes the space offers to teams within a warp. */
@@ -68,6 +73,13 @@ static int refuse(char *why, size_t len, const char *reason) {
     return 0;
 }
 
+/* The template's stages: ASYNC + 1 of ITEMS vectors for each thread. */
+static size_t async_bytes(const xent_config *cfg, xent_dtype d) {
+    if (!cfg->async) return 0;
+    return (size_t)(cfg->async + 1) * (size_t)cfg->items * (size_t)cfg->block * (size_t)cfg->vec *
+           (size_t)xent_dtype_size(d);
+}
+
 int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
     for (int i = 0; i < xent_nknobs; i++)
         if (!in_list(&xent_knobs[i], xent_knob_get(cfg, &xent_knobs[i]))) {
@@ -87,6 +99,12 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its warps take row groups by position)");
     if (cfg->prefetch && (cfg->passes != 1 || cfg->tile))
         return refuse(why, len, "PREFETCH=1 takes PASSES=1 and TILE=0 (the online loop over chunks)");
+    if (cfg->async && (cfg->passes != 1 || cfg->tile || cfg->prefetch))
+        return refuse(why, len, "ASYNC takes PASSES=1, TILE=0 and PREFETCH=0 (the online loop over chunks)");
+    if (cfg->async && cfg->cache)
+        return refuse(why, len, "ASYNC takes CACHE=0 (its copies bypass L1 whatever the hint)");
+    if (async_bytes(cfg, d) > MAX_ASYNC_BYTES)
+        return refuse(why, len, "ASYNC: the stages exceed the shared memory a block may have");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
     if (cfg->items * cfg->vec * (1 + cfg->prefetch) > chunk_limit(cfg->block))
         return refuse(why, len, "ITEMS * VEC (twice that with PREFETCH) exceeds what the registers of a "
@@ -137,6 +155,7 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
     if (c->prefetch && c->items >= fit) return 0; /* one chunk a segment: nothing to fetch ahead */
+    if (c->async && (long)c->items * (c->async + 1) > fit) return 0; /* fewer chunks than stages */
     return 1;
 }
 
@@ -222,10 +241,11 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     return XENT_OK;
 }
 
-/* The template's layout (tile_region): a region per warp of 32 rows plus
- * VEC elements of room for the misalignment of the rows' span, each region
- * rounded up to start 16-byte aligned. */
+/* The template's layouts. ASYNC: its stages. TILE (tile_region): a region
+ * per warp of 32 rows plus VEC elements of room for the misalignment of the
+ * rows' span, each region rounded up to start 16-byte aligned. */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
+    if (cfg->async) return async_bytes(cfg, p->logits);
     if (!cfg->tile) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
@@ -258,6 +278,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = 1;
     cfg->split = 1;
     cfg->prefetch = 0;
+    cfg->async = 0;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
     int max_items = chunk_limit(128) / cfg->vec;
     if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */

@@ -39,6 +39,7 @@ static int resolve(void *lib) {
     RESOLVE(ModuleLoadData, "cuModuleLoadData");
     RESOLVE(ModuleUnload, "cuModuleUnload");
     RESOLVE(ModuleGetFunction, "cuModuleGetFunction");
+    RESOLVE(FuncSetAttribute, "cuFuncSetAttribute");
     RESOLVE(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     RESOLVE(LaunchKernel, "cuLaunchKernel");
     RESOLVE(MemAlloc, "cuMemAlloc_v2");

@@ -106,7 +106,14 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     xent_cubin_free(&bin);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData", r);
     r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, "xent_fwd");
-    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuModuleGetFunction", r);
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction", r);
+    /* Beyond 48 KB a block's dynamic shared memory must be opted in to. */
+    if (plan->smem > 48 * 1024) {
+        r = ctx->drv->FuncSetAttribute(plan->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)plan->smem);
+        if (r != CUDA_SUCCESS)
+            return xent_fail_cuda(ctx, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);
+    }
+    return XENT_OK;
 }
 
 static int alloc_workspace(xent_context *ctx, xent_plan *plan) {

@@ -19,6 +19,11 @@
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
  *   XENT_PREFETCH 1: (PASSES=1) the next chunk's loads are issued before this chunk is
  *                reduced, so a warp keeps bytes in flight while it computes
+ *   XENT_ASYNC   1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many
+ *                chunks ahead of the one being reduced; each thread reads back only its own
+ *                copies, so no barrier. Bytes stay in flight while the warp computes,
+ *                without the registers PREFETCH needs. Dynamic shared memory:
+ *                (ASYNC + 1) * ITEMS * BLOCK vectors
  *   XENT_TILE    1: tiny rows, a thread per row (TPR == 1). Each warp stages 32 whole rows
  *                into its own shared-memory region with VEC-wide loads, several in flight
  *                per lane, synchronising with __syncwarp only; then each lane reduces its
@@ -64,6 +69,9 @@
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
 #endif
+#ifndef XENT_ASYNC
+#define XENT_ASYNC 0
+#endif
 #ifndef XENT_DYNAMIC
 #define XENT_DYNAMIC 0
 #endif
@@ -105,6 +113,9 @@
 #endif
 #if XENT_TILE && XENT_TPR != 1
 #error "TILE needs TPR == 1"
+#endif
+#if XENT_ASYNC && (XENT_PASSES != 1 || XENT_TILE || XENT_PREFETCH)
+#error "ASYNC needs PASSES == 1, TILE == 0 and PREFETCH == 0"
 #endif
 
 #if XENT_CACHE == 0
@@ -396,6 +407,82 @@ __device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_IT
     chunk_sum(a, r, l, vb, v1, lane, t, w);
 }
 
+#if XENT_ASYNC
+#define NSTAGES (XENT_ASYNC + 1)
+#define VBYTES_ASYNC (XENT_VEC * ESIZE)
+
+/* This thread's slot for item k of stage s: consecutive threads, consecutive
+ * vectors, so the copies and the reads back are conflict-free. */
+__device__ __forceinline__ unsigned stage_slot(unsigned stages, int s, int k) {
+    return stages + (unsigned)(((s * XENT_ITEMS + k) * XENT_BLOCK + (int)threadIdx.x) * VBYTES_ASYNC);
+}
+
+__device__ __forceinline__ void copy_async(unsigned dst, const unsigned char *src) {
+#if VBYTES_ASYNC == 16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(src), "n"(VBYTES_ASYNC) : "memory");
+#endif
+}
+
+/* Copy this lane's vectors of chunk vb into stage s as one group; a chunk
+ * past the segment's end commits an empty group so the counting holds. */
+__device__ __forceinline__ void issue_chunk(unsigned stages, int s, const row_layout &l, int vb, int v1, int lane) {
+    if (vb < v1) {
+        const unsigned char *base = vec_addr(l, vb + lane);
+        const int valid = v1 - (vb + lane);
+#pragma unroll
+        for (int k = 0; k < XENT_ITEMS; k++)
+            if (k * XENT_TPR < valid) copy_async(stage_slot(stages, s, k), base + k * XENT_TPR * XENT_VEC * ESIZE);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Stage s into registers, the same vectors load_chunk would have read. */
+__device__ __forceinline__ void read_stage(unsigned stages, int s, int vb, int v1, int lane,
+                                           unsigned (&r)[XENT_ITEMS][VWORDS]) {
+    const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
+    const int valid = v1 - (vb + lane);
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++) {
+        if (k * XENT_TPR < valid) {
+            const unsigned a = stage_slot(stages, s, k);
+#if VWORDS == 4
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(r[k][0]), "=r"(r[k][1]), "=r"(r[k][2]), "=r"(r[k][3]) : "r"(a) : "memory");
+#elif VWORDS == 2
+            asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(r[k][0]), "=r"(r[k][1]) : "r"(a) : "memory");
+#else
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r[k][0]) : "r"(a) : "memory");
+#endif
+        } else {
+#pragma unroll
+            for (int q = 0; q < VWORDS; q++) r[k][q] = fill;
+        }
+    }
+}
+
+/* The online loop with chunks ASYNC ahead in flight. Chunk i + ASYNC goes
+ * into the stage chunk i - 1 used: that stage's reads are done (their
+ * values were consumed), so the copy cannot overtake them. */
+__device__ __forceinline__ void async_chunks(acc &a, const row_layout &l, int v0, int v1, int lane, int t,
+                                             const float *__restrict__ w) {
+    extern __shared__ __align__(16) unsigned char stage_mem[];
+    const unsigned stages = (unsigned)__cvta_generic_to_shared(stage_mem);
+    unsigned r[XENT_ITEMS][VWORDS];
+#pragma unroll
+    for (int i = 0; i < XENT_ASYNC; i++) issue_chunk(stages, i, l, v0 + i * CHUNK, v1, lane);
+    int s = 0;
+    for (int vb = v0; vb < v1; vb += CHUNK) {
+        issue_chunk(stages, s == 0 ? NSTAGES - 1 : s - 1, l, vb + XENT_ASYNC * CHUNK, v1, lane);
+        asm volatile("cp.async.wait_group %0;" :: "n"(XENT_ASYNC) : "memory");
+        read_stage(stages, s, vb, v1, lane, r);
+        online_chunk(a, r, l, vb, v1, lane, t, w);
+        s = s == NSTAGES - 1 ? 0 : s + 1;
+    }
+}
+#endif
+
 /* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
 __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool scalars, int c,
                                        int lane, int t, const float *__restrict__ w, bool one_chunk) {
@@ -408,7 +495,9 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
     }
-#if XENT_PREFETCH
+#if XENT_ASYNC
+    async_chunks(a, l, v0, v1, lane, t, w);
+#elif XENT_PREFETCH
     if (v0 < v1) load_chunk(l, v0, v1, lane, r);
     for (int vb = v0; vb < v1; vb += CHUNK) {
         unsigned next[XENT_ITEMS][VWORDS];
@@ -610,15 +699,24 @@ __device__ __forceinline__ float published_f(const float *p) {
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ double published_d(const double *p) {
-    double v;
-    asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p) : "memory");
+__device__ __forceinline__ double2 published_d2(const double2 *p) {
+    double2 v;
+    asm volatile("ld.global.cg.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
     return v;
+}
+
+/* Counts an arrival: releases what this thread stored before it and, for the
+ * last to arrive, acquires what the others did (one gpu-scope atomic instead
+ * of two sequentially consistent fences around a relaxed one). */
+__device__ __forceinline__ unsigned arrive(unsigned *counter) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+    return old;
 }
 
 /* Split rows: publish this segment's partial; the row's last segment combines
  * all of them in segment order (deterministic) and returns true. */
-__device__ bool combine_split(acc &a, long long row, int seg, int split, int *arrivals,
+__device__ bool combine_split(acc &a, long long row, int seg, int split, unsigned *arrivals,
                               float *parts) {
     float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
     mine[0] = a.m;
@@ -630,9 +728,7 @@ __device__ bool combine_split(acc &a, long long row, int seg, int split, int *ar
     mine[4] = a.sw;
 #endif
 #endif
-    __threadfence();
-    if (atomicAdd(arrivals + row, 1) != split - 1) return false;
-    __threadfence();
+    if (arrive(arrivals + row) != (unsigned)(split - 1)) return false;
     acc_init(a);
     for (int k = 0; k < split; k++) {
         const float *q = parts + ((size_t)row * split + k) * PART_FLOATS;
@@ -681,32 +777,47 @@ __device__ __forceinline__ void block_sum2(double &x, double &y) {
     __syncthreads();
 }
 
+/* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
+ * loads are issued before their adds: one at a time, the last block's pass
+ * over ~500 partials was five L2 round trips on the kernel's critical path. */
+__device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
+                                              double &x, double &y) {
+    long long i = from;
+    for (; i + 3 * XENT_BLOCK < count; i += 4 * XENT_BLOCK) {
+        double2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = published_d2(pairs + i + u * XENT_BLOCK);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            x += v[u].x;
+            y += v[u].y;
+        }
+    }
+    for (; i < count; i += XENT_BLOCK) {
+        double2 v = published_d2(pairs + i);
+        x += v.x;
+        y += v.y;
+    }
+}
+
 /* Last-block reduction of the per-block partials (and, for split rows, the
  * per-row results) into the scalar loss, in a fixed order. */
 __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
                                  unsigned char *ws, const double *row_results, long long n) {
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
-    double *parts = (double *)(ws + 16);
+    double2 *parts = (double2 *)(ws + 16);
     block_sum2(loss_acc, weight_acc);
     if (threadIdx.x == 0) {
-        parts[2 * blockIdx.x] = loss_acc;
-        parts[2 * blockIdx.x + 1] = weight_acc;
-        __threadfence();
-        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
+        last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
     }
+    /* orders the other threads' reads after thread 0's acquire */
     __syncthreads();
     if (!last) return;
-    __threadfence();
     double l = 0.0, wsum = 0.0;
-    for (unsigned b = threadIdx.x; b < gridDim.x; b += XENT_BLOCK) {
-        l += published_d(parts + 2 * b);
-        wsum += published_d(parts + 2 * b + 1);
-    }
-    for (long long i = threadIdx.x; row_results && i < n; i += XENT_BLOCK) {
-        l += published_d(row_results + 2 * i);
-        wsum += published_d(row_results + 2 * i + 1);
-    }
+    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
+    if (row_results) sum_published((const double2 *)row_results, threadIdx.x, n, l, wsum);
     block_sum2(l, wsum);
     if (threadIdx.x == 0) {
         /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
@@ -758,8 +869,8 @@ __device__ __forceinline__ void emit_row(const kargs &k, long long row, const ro
 }
 
 __device__ __forceinline__ size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
-__device__ __forceinline__ int *split_arrivals(const kargs &k) {
-    return (int *)(k.ws + 16 + 16 * (size_t)gridDim.x);
+__device__ __forceinline__ unsigned *split_arrivals(const kargs &k) {
+    return (unsigned *)(k.ws + 16 + 16 * (size_t)gridDim.x);
 }
 __device__ __forceinline__ float *split_parts(const kargs &k) {
     return (float *)((unsigned char *)split_arrivals(k) + align16((size_t)k.n * 4));
@@ -904,9 +1015,27 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
 #define REGS_CHUNK ((XENT_ITEMS * XENT_VEC + 32) * (1 + XENT_PREFETCH))
-#define REGS_WANTED \
-    ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + 16 * XENT_DYNAMIC)
-#define MIN_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED) > 0 ? 65536 / (XENT_BLOCK * REGS_WANTED) : 1)
+#define REGS_WANTED                                                                                  \
+    ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
+     16 * XENT_DYNAMIC + 16 * (XENT_ASYNC > 0))
+#define REG_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED))
+/* With ASYNC the stages bound the blocks per SM: asking for more than fit
+ * only starved the registers (a bf16 chunk of 64 spilled at 96). Shared
+ * memory per SM, less 1 KB the driver reserves per block. */
+#if XENT_ASYNC
+#if __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870
+#define SMEM_PER_SM (164 * 1024)
+#elif __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1000
+#define SMEM_PER_SM (228 * 1024)
+#else
+#define SMEM_PER_SM (100 * 1024)
+#endif
+#define SMEM_BLOCKS (SMEM_PER_SM / (NSTAGES * XENT_ITEMS * XENT_BLOCK * VBYTES_ASYNC + 1024 + 1024))
+#define FIT_BLOCKS (SMEM_BLOCKS < REG_BLOCKS ? SMEM_BLOCKS : REG_BLOCKS)
+#else
+#define FIT_BLOCKS REG_BLOCKS
+#endif
+#define MIN_BLOCKS (FIT_BLOCKS > 0 ? FIT_BLOCKS : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
 
 extern "C" __global__ void XENT_BOUNDS

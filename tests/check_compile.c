@@ -167,6 +167,41 @@ START_TEST(sweep_spills_stay_fixed) {
 }
 END_TEST
 
+/* ASYNC's stages under every vector width (cp.async of 4, 8 and 16 bytes),
+ * stage count, a whole-block team past 48 KB of shared memory, and the
+ * problem variants: no spills, no stack. */
+START_TEST(async_configs_compile) {
+    static const struct {
+        xent_dtype d;
+        const char *cfg;
+    } cases[] = {
+        {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
+        {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2 ASYNC=2"},
+        {XENT_F32, "VEC=2 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
+        {XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=1 ASYNC=2"},
+        {XENT_F16, "VEC=2 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
+        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
+        {XENT_BF16, "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        xent_config c;
+        char why[256];
+        ck_assert_msg(xent_config_parse(cases[i].cfg, &c, why, sizeof why) == XENT_OK, "%s", why);
+        ck_assert_msg(xent_config_legal(&c, cases[i].d, why, sizeof why), "%s: %s", cases[i].cfg, why);
+        for (int v = 0; v < 4; v++) {
+            xent_problem p;
+            xent_problem_init(&p, 1000, 1000);
+            p.logits = cases[i].d;
+            p.reduction = (xent_reduction)(v % 3);
+            p.has_weights = v >= 2;
+            p.label_smoothing = v >= 2 ? 0.1f : 0.0f;
+            p.write_lse = v == 3;
+            compile_and_check(&c, 1, &p);
+        }
+    }
+}
+END_TEST
+
 START_TEST(compile_error_keeps_the_log) {
     xent_cubin bin;
     char err[4096];
@@ -203,7 +238,7 @@ static xent_problem small_problem(void) {
     return p;
 }
 
-static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0};
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0};
 
 START_TEST(kernel_cache_memory_and_disk) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
@@ -284,6 +319,7 @@ int main(void) {
     tcase_add_test(tc, kernel_cache_can_be_off);
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
+    tcase_add_test(tc, async_configs_compile);
     tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, sample_f32);
     tcase_add_test(tc, sample_f16);

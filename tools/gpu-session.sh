@@ -66,12 +66,12 @@ for s in "$@"; do
             run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
         done ;;
     profile)
-        # hardware counters of xent's shipped plan and of the streaming read
-        # over the same bytes (bench/ncu_profile.py), one text report per call
+        # hardware counters of xent's shipped plan (or PROFILE_TUNECACHE's) and
+        # of the streaming read over the same bytes (bench/ncu_profile.py)
         stage "profile (Nsight Compute)"
         for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10 4096x32000 8192x128256:bf16}; do
             echo "--- $sh" >> "$OUT/profile.txt"
-            XENT_TUNECACHE=/nonexistent run timeout 120 ncu --clock-control none -k 'regex:xent_fwd|stream_read' \
+            XENT_TUNECACHE=${PROFILE_TUNECACHE:-/nonexistent} run timeout 120 ncu --clock-control none -k 'regex:xent_fwd|stream_read' \
                 --launch-skip 2 --launch-count 2 --section SpeedOfLight --section ComputeWorkloadAnalysis \
                 --section WarpStateStats --section Occupancy --section LaunchStats \
                 --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active \
