@@ -26,8 +26,9 @@ const xent_knob xent_knobs[] = {
     {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
      8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0},
     {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
-     "rows taken from a counter as teams finish (no uneven last round)", KNOB_LAUNCH,
-     3, {0, 1, 2}, KNOB(persist), 0},
+     "rows taken from a counter as teams finish (no uneven last round); 3: as 1, with as few blocks "
+     "as give every block the same number of rounds", KNOB_LAUNCH,
+     4, {0, 1, 2, 3}, KNOB(persist), 0},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1},
     {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
@@ -174,6 +175,13 @@ static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xen
         count = enumerate_from(knob + 1, cur, d, rel, sm_count, out, cap, count);
     }
     return count;
+}
+
+long long xent_persistent_grid(long long groups, long long resident, int persist) {
+    if (!persist || groups <= resident) return groups;
+    if (persist != 3) return resident;
+    long long rounds = (groups + resident - 1) / resident;
+    return (groups + rounds - 1) / rounds;
 }
 
 size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant_to, int sm_count,

@@ -83,7 +83,7 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
                                                                           xent_config_smem(cfg, p));
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
         long long resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
-        if (groups > resident) groups = resident;
+        groups = xent_persistent_grid(groups, resident, cfg->persist);
     }
     if (groups > 0x7fffffffLL) groups = 0x7fffffffLL; /* the grid-stride loop covers the rest */
     *grid = (unsigned)groups;
@@ -107,8 +107,9 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData", r);
     r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, "xent_fwd");
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction", r);
-    /* Beyond 48 KB a block's dynamic shared memory must be opted in to. */
-    if (plan->smem > 48 * 1024) {
+    /* Past 48 KB with the static shared memory, a block's dynamic shared
+     * memory must be opted in to: 48 KB of ASYNC stages failed to launch. */
+    if (plan->smem > 0) {
         r = ctx->drv->FuncSetAttribute(plan->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)plan->smem);
         if (r != CUDA_SUCCESS)
             return xent_fail_cuda(ctx, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);

@@ -1018,7 +1018,9 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
      16 * XENT_DYNAMIC + 16 * (XENT_ASYNC > 0))
-#define REG_BLOCKS (65536 / (XENT_BLOCK * REGS_WANTED))
+/* Registers are split among the 4 schedulers, a warp on one: 64-thread
+ * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
+#define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
 /* With ASYNC the stages bound the blocks per SM: asking for more than fit
  * only starved the registers (a bf16 chunk of 64 spilled at 96). Shared
  * memory per SM, less 1 KB the driver reserves per block. */

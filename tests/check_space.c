@@ -188,6 +188,23 @@ START_TEST(async_is_optional_and_constrained) {
 }
 END_TEST
 
+START_TEST(persistent_grids) {
+    ck_assert_int_eq(xent_persistent_grid(8192, 528, 0), 8192); /* not persistent: every group */
+    ck_assert_int_eq(xent_persistent_grid(8192, 528, 1), 528);
+    ck_assert_int_eq(xent_persistent_grid(8192, 528, 2), 528);
+    ck_assert_int_eq(xent_persistent_grid(8192, 528, 3), 512); /* 16 rounds each, none left over */
+    ck_assert_int_eq(xent_persistent_grid(4096, 396, 3), 373); /* 11 rounds: 372 blocks would need 12 */
+    ck_assert_int_eq(xent_persistent_grid(300, 528, 3), 300);   /* one round: unchanged */
+    for (long long g = 1; g < 5000; g += 37)
+        for (long long r = 1; r < 700; r += 53) {
+            long long b = xent_persistent_grid(g, r, 3);
+            long long rounds = (g + r - 1) / r;
+            ck_assert(b >= 1 && b <= r && b <= g);
+            ck_assert_int_eq((g + b - 1) / b, rounds); /* the same rounds as the full grid */
+        }
+}
+END_TEST
+
 START_TEST(constraints_hold) {
     xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0};
     char why[160];
@@ -350,6 +367,7 @@ int main(void) {
     tcase_add_test(tc, parse_rejects_bad_text);
     tcase_add_test(tc, prefetch_is_optional_and_constrained);
     tcase_add_test(tc, async_is_optional_and_constrained);
+    tcase_add_test(tc, persistent_grids);
     tcase_add_test(tc, constraints_hold);
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);

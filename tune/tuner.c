@@ -401,7 +401,9 @@ static void summarize(search *s, xent_tune_result *r) {
     r->ntrials = s->ntrials;
     for (int i = 0; i < s->ntrials; i++) {
         if (s->trials[i].status == TRIAL_OK) r->timed++;
-        if (s->trials[i].status == TRIAL_WRONG || s->trials[i].status == TRIAL_COMPILE_ERROR) r->failed++;
+        if (s->trials[i].status == TRIAL_WRONG || s->trials[i].status == TRIAL_COMPILE_ERROR ||
+            s->trials[i].status == TRIAL_LAUNCH_ERROR)
+            r->failed++;
     }
     if (s->ntrials && s->trials[0].status == TRIAL_OK) r->best = s->trials[0];
     if (r->heuristic.status == TRIAL_OK && (r->best.status != TRIAL_OK || r->heuristic.us < r->best.us))

@@ -1195,6 +1195,11 @@ static const det_case det_cases[] = {
     {1048576, 10, XENT_BF16, XENT_REDUCE_MEAN, NULL},
     {1048576, 10, XENT_BF16, XENT_REDUCE_SUM, "VEC=2 TPR=1 BLOCK=256 ITEMS=8 PASSES=2 CACHE=0 SPLIT=1 PERSIST=1"},
     {1000, 50257, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=2 CACHE=0 SPLIT=4 PERSIST=1"},
+    /* the balanced grid (fewer blocks than resident) and ASYNC stages, 48 KB and more of them */
+    {100003, 37, XENT_F32, XENT_REDUCE_MEAN, "VEC=1 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3"},
+    {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3 ASYNC=2"},
+    {8192, 4099, XENT_BF16, XENT_REDUCE_SUM, "VEC=8 TPR=16 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3 ASYNC=1"},
+    {4096, 32000, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
 };
 #define NDET ((int)(sizeof det_cases / sizeof det_cases[0]))
 
@@ -1250,7 +1255,7 @@ START_TEST(test_split_smoothing) {
     int ran = 0, ok = 0;
     for (size_t ci = 0; ci < sizeof split_cfgs / sizeof split_cfgs[0]; ci++)
         for (int si = 0; si < 3; si++)
-            for (int persist = 0; persist < 3; persist++)
+            for (int persist = 0; persist < 4; persist++)
                 for (int k = 0; k < 3; k++) {
                     spec sp;
                     spec_init(&sp, "split+smoothing", shapes[k][0], shapes[k][1]);
@@ -1392,7 +1397,8 @@ START_TEST(test_sweep) {
         for (int v = 0; v < 2; v++) { /* two problems: different c, n, stride, split, persist */
             xent_config cfg = cfgs[k];
             cfg.split = splits[rand_below(&s, 8)];
-            cfg.persist = (int)rand_below(&s, 2);
+            cfg.persist = (int)rand_below(&s, 3);
+            if (cfg.persist == 2) cfg.persist = 3; /* the static schedules: 0, 1 and the balanced grid */
             if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
             if (k % 16 == 0 && !cfg.tile) { /* compiled above */
                 cfg.persist = 2;
