@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--launches", type=int, default=3, help="launches of each kernel")
     args = ap.parse_args()
     shape = bench.parse_shape(args.shape)
-    env = bench.Env(argparse.Namespace(dist="rand"))
+    env = bench.Env(argparse.Namespace(dist="rand", head_start=False))
     L, T = bench.make_inputs(env, shape, 1, "rand")
     xent = bench.setup_xent(env, L, T, shape)
     for _ in range(args.launches):
