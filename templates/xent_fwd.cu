@@ -336,13 +336,38 @@ __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, 
     }
 }
 
+#if XENT_LOGIT != 0 && __CUDA_ARCH__ >= 800
+/* The max of two packed pairs, pair by pair, as fmaxf treats NaN (dropped). */
+__device__ __forceinline__ unsigned max_pair(unsigned a, unsigned b) {
+    unsigned d;
+#if XENT_LOGIT == 1
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+    return d;
+}
+#endif
+
 __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORDS]) {
+#if XENT_LOGIT == 0 || __CUDA_ARCH__ < 800 /* max.f16x2 and max.bf16x2 came with sm_80 */
     float m = neg_inf();
 #pragma unroll
     for (int k = 0; k < XENT_ITEMS; k++)
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) m = fmaxf(m, elem(r[k], e));
     return m;
+#else
+    /* 16-bit pairs stay packed: half the instructions, and the registers
+     * hold the chunk as loaded rather than widened */
+    unsigned m2 = r[0][0];
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++)
+#pragma unroll
+        for (int q = 0; q < VWORDS; q++)
+            if (k || q) m2 = max_pair(m2, r[k][q]);
+    return fmaxf(widen16((unsigned short)(m2 & 0xffffu)), widen16((unsigned short)(m2 >> 16)));
+#endif
 }
 
 /* Add exp(x - m) of a loaded chunk to a.s (a.m is the shift), plus the side sums. */
@@ -1014,9 +1039,18 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
-#define REGS_CHUNK ((XENT_ITEMS * XENT_VEC + 32) * (1 + XENT_PREFETCH))
+#if XENT_LOGIT == 0
+#define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
+#define REGS_FLOOR 80
+#else
+/* 16-bit chunks stay packed through the max (chunk_max): a bf16 chunk of 64
+ * logits fit 72 registers without spilling where it took 96 widened. */
+#define CHUNK_REGS (XENT_ITEMS * VWORDS + 40)
+#define REGS_FLOOR 72
+#endif
+#define REGS_CHUNK (CHUNK_REGS * (1 + XENT_PREFETCH))
 #define REGS_WANTED                                                                                  \
-    ((REGS_CHUNK > 80 ? REGS_CHUNK : 80) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
+    ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
      16 * XENT_DYNAMIC + 16 * (XENT_ASYNC > 0))
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
