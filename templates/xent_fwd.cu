@@ -334,34 +334,66 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
     return m;
 }
 
-/* Add exp(x - m) of a loaded chunk to a.s (a.m is the shift), plus the side sums. */
-__device__ __forceinline__ void chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
-                                          const row_layout &l, int vb, int v1, int lane, int t,
-                                          const float *__restrict__ w) {
+/* Element i (item i / VEC, element i % VEC) of a loaded chunk, i < ITEMS * VEC.
+ * Registers cannot be indexed (that would go through local memory), so this
+ * is a select tree on the bits of the word index: ITEMS * VWORDS - 1
+ * selects, where comparing i with every element cost two instructions each. */
+__device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], int i) {
+    const int n = XENT_ITEMS * VWORDS;
+    const int word = i / (XENT_VEC / VWORDS);
+    unsigned v[XENT_ITEMS * VWORDS];
+#pragma unroll
+    for (int j = 0; j < n; j++) v[j] = r[j / VWORDS][j % VWORDS];
+#pragma unroll
+    for (int b = 0; (1 << b) < n; b++) {
+        const bool hi = (word >> b) & 1;
+#pragma unroll
+        for (int j = 0; j + (1 << b) < n; j += 2 << b) v[j] = hi ? v[j + (1 << b)] : v[j];
+    }
+#if XENT_LOGIT == 0
+    return __uint_as_float(v[0]);
+#elif XENT_LOGIT == 1
+    return widen16((unsigned short)((i & 1) ? v[0] >> 16 : v[0]));
+#else
+    return __uint_as_float((i & 1) ? (v[0] & 0xffff0000u) : (v[0] << 16));
+#endif
+}
+
+/* The sum of exp(x - m) of a loaded chunk (a.m is the shift); the target and side sums go into a. */
+__device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
+                                           const row_layout &l, int vb, int v1, int lane, int t,
+                                           const float *__restrict__ w) {
     const float ml = safe_max(a.m);
     const int valid = v1 - (vb + lane);
     const int j_lane = l.head + (vb + lane) * XENT_VEC; /* first element of item 0 */
-    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds */
+    /* The target's owner picks it out of registers (no extra load per row), before the
+     * sum widens 16-bit logits into more registers.
+     * It lies d elements past this lane's first, in item q / TPR when q = d / VEC
+     * is a multiple of TPR below the lane's loaded vectors (valid). */
+    const unsigned d = (unsigned)(t - j_lane), q = d / XENT_VEC;
+    if (d < (unsigned)(XENT_ITEMS * XENT_TPR * XENT_VEC) && q % XENT_TPR == 0 && (int)q < valid)
+        a.xt = pick(r, (int)(q / XENT_TPR * XENT_VEC + d % XENT_VEC));
+    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++) {
+    for (int k = 0; k < XENT_ITEMS; k++)
 #pragma unroll
-        for (int e = 0; e < XENT_VEC; e++) s[(k * XENT_VEC + e) & 1] += exp_shifted(elem(r[k], e), ml);
-        /* The target's owner picks it out of registers: no extra load per row. */
-        const int d = t - (j_lane + k * XENT_TPR * XENT_VEC);
-        if ((unsigned)d < (unsigned)XENT_VEC && k * XENT_TPR < valid) {
-#pragma unroll
-            for (int e = 0; e < XENT_VEC; e++)
-                if (d == e) a.xt = elem(r[k], e);
+        for (int e = 0; e < XENT_VEC; e++) {
+            const int i = k * XENT_VEC + e;
+            const float x = exp_shifted(elem(r[k], e), ml);
+            s[i & 1] = i < 2 ? x : s[i & 1] + x;
         }
 #if XENT_SMOOTHING
+#pragma unroll
+    for (int k = 0; k < XENT_ITEMS; k++)
         if (k * XENT_TPR < valid) {
 #pragma unroll
             for (int e = 0; e < XENT_VEC; e++)
                 acc_side(a, elem(r[k], e), j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
         }
+#else
+    (void)w;
 #endif
-    }
-    a.s += s[0] + s[1];
+    return s[0] + s[1];
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */
@@ -393,7 +425,7 @@ __device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_IT
     float m = fmaxf(a.m, chunk_max(r));
     a.s *= exp_shifted(a.m, safe_max(m));
     a.m = m;
-    chunk_sum(a, r, l, vb, v1, lane, t, w);
+    a.s += chunk_sum(a, r, l, vb, v1, lane, t, w);
 }
 
 /* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
@@ -402,6 +434,8 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
     acc a;
     acc_init(a);
     unsigned r[XENT_ITEMS][VWORDS];
+    /* one test for the usual row of aligned vectors only, not four loop checks */
+    scalars = scalars && (l.head > 0 || l.head + l.nv * XENT_VEC < c);
 #if XENT_PASSES == 1
     (void)one_chunk;
     if (scalars) {
@@ -430,7 +464,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
     if (one_chunk) {
         load_chunk(l, v0, v1, lane, r); /* masked: an empty segment reads nothing */
         a.m = team_max(fmaxf(m, chunk_max(r)));
-        chunk_sum(a, r, l, v0, v1, lane, t, w);
+        a.s = chunk_sum(a, r, l, v0, v1, lane, t, w);
     } else {
         for (int vb = v0; vb < v1; vb += CHUNK) {
             load_chunk(l, vb, v1, lane, r);
@@ -439,7 +473,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = team_max(m);
         for (int vb = v0; vb < v1; vb += CHUNK) {
             load_chunk(l, vb, v1, lane, r);
-            chunk_sum(a, r, l, vb, v1, lane, t, w);
+            a.s += chunk_sum(a, r, l, vb, v1, lane, t, w);
         }
     }
     if (scalars) scalars_sum(a, l, c, lane, t, w);
@@ -527,9 +561,9 @@ __device__ __forceinline__ tile_t load_raw(const unsigned char *p) {
 }
 
 /* In asm: NVVM split the first store of a batch into four words, even with
- * __builtin_assume_aligned. The clobber keeps it before the tile's reads. */
-__device__ __forceinline__ void store_vec(unsigned char *s, const unsigned (&r)[VWORDS]) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+ * __builtin_assume_aligned. The clobber keeps it before the tile's reads.
+ * a is a shared-space address: converted once per group, not per store. */
+__device__ __forceinline__ void store_vec(unsigned a, const unsigned (&r)[VWORDS]) {
 #if VWORDS == 4
     asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};"
                  :: "r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
@@ -548,7 +582,8 @@ __device__ __forceinline__ float tile_elem(tile_t v) {
 #endif
 }
 
-/* One thread's row, read from the staged tile: max, then the sums. */
+/* One thread's row, read from the staged tile: max, then the sums. The
+ * target is read by its index, not found by comparing it with every j. */
 __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const float *__restrict__ w) {
     acc a;
     acc_init(a);
@@ -559,8 +594,9 @@ __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const flo
     for (int j = 0; j < c; j++) {
         float v = tile_elem(x[j]);
         a.s += exp_shifted(v, ml);
-        acc_side(a, v, j, t, w);
+        acc_side(a, v, j, -1, w);
     }
+    if (t >= 0) a.xt = tile_elem(x[t]);
     return a;
 }
 
@@ -584,7 +620,7 @@ __device__ __forceinline__ int stage_warp(unsigned char *region, const unsigned 
     if (has_head) head_x = load_raw(src + (size_t)lane * ESIZE);
     if (has_tail) tail_x = load_raw(src + (size_t)(tail + lane) * ESIZE);
     const unsigned char *vsrc = src + (size_t)head * ESIZE;
-    unsigned char *vdst = (unsigned char *)(dst + head);
+    const unsigned vdst = (unsigned)__cvta_generic_to_shared(dst + head);
     /* a batch covers a group of tiny rows: unrolled, the loop only took registers */
 #pragma unroll 1
     for (int v = lane; v < nv; v += 32 * TILE_BATCH) {
@@ -594,7 +630,7 @@ __device__ __forceinline__ int stage_warp(unsigned char *region, const unsigned 
             if (v + 32 * k < nv) load_vec(vsrc + (size_t)(v + 32 * k) * VBYTES, r[k]);
 #pragma unroll
         for (int k = 0; k < TILE_BATCH; k++)
-            if (v + 32 * k < nv) store_vec(vdst + (size_t)(v + 32 * k) * VBYTES, r[k]);
+            if (v + 32 * k < nv) store_vec(vdst + (unsigned)(v + 32 * k) * VBYTES, r[k]);
     }
     if (has_head) dst[lane] = head_x;
     if (has_tail) dst[tail + lane] = tail_x;
@@ -807,28 +843,42 @@ __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, doub
  * segment is published and the row's last segment combines them. */
 __device__ __forceinline__ void publish_item(const kargs &k, acc &a, long long row, int seg, long long t,
                                              double &loss_acc, double &weight_acc) {
-    if (k.split > 1 && !combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
-    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
-    if (k.split > 1 && XENT_REDUCTION != 0) {
-        double *res = split_results(k) + 2 * row;
-        res[0] = r.loss;
-        res[1] = r.weight;
-    } else {
-        emit_row(k, row, r, loss_acc, weight_acc);
+    if (k.split == 1) { /* one test: split rows' addressing stays off this path */
+        emit_row(k, row, finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row),
+                 loss_acc, weight_acc);
+        return;
     }
+    if (!combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
+    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+#if XENT_REDUCTION != 0
+    double *res = split_results(k) + 2 * row;
+    res[0] = r.loss;
+    res[1] = r.weight;
+#else
+    emit_row(k, row, r, loss_acc, weight_acc);
+#endif
 }
 
 /* One work item for this team: a row, or one segment of it (split > 1). */
 __device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
                                           double &loss_acc, double &weight_acc) {
-    const long long row = active ? w / k.split : 0;
-    const int seg = active ? (int)(w - row * k.split) : 0;
+    /* split == 1 is uniform: its rows skip the 64-bit division and the segment bounds */
+    const bool whole = k.split == 1;
+    long long row = active ? w : 0;
+    int seg = 0;
+    if (active && !whole) {
+        row = w / k.split;
+        seg = (int)(w - row * k.split);
+    }
     const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
     const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
     row_layout l = layout(k.logits, row, k.stride, k.c);
-    const int per = (l.nv + k.split - 1) / k.split;
-    const int v0 = active ? min(seg * per, l.nv) : 0;
-    const int v1 = active ? min(v0 + per, l.nv) : 0;
+    int v0 = 0, v1 = active ? l.nv : 0;
+    if (active && !whole) {
+        const int per = (l.nv + k.split - 1) / k.split;
+        v0 = min(seg * per, l.nv);
+        v1 = min(v0 + per, l.nv);
+    }
 
     acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
     team_merge(a);
