@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows this short are instruction bound: a compile-time class count lets the
+ * template drop the items no row fills and unroll its per-row loops exactly.
+ * The price is a kernel per c (plans are per problem already, and the kernel
+ * cache keys on these defines). */
+#define FIXED_C_MAX 256
+
 char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     char *buf = NULL;
     size_t len = 0;
@@ -19,6 +25,7 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
             (int)p->logits, (int)p->targets, (int)p->reduction);
     fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n",
             p->has_weights ? 1 : 0, p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
+    if (p->c <= FIXED_C_MAX) fprintf(f, "#define XENT_C %d\n", (int)p->c);
     if (fclose(f)) {
         free(buf);
         return NULL;

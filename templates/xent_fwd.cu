@@ -34,6 +34,9 @@
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
  *   XENT_DYNAMIC 1 for PERSIST=2: a persistent grid whose units claim item groups
  *                from a counter (rendered from the launch knob; see team_rows)
+ *   XENT_C       the class count, rendered for small c only (gen/render.c): tiny rows are
+ *                instruction bound, and a constant c drops the items no row can fill and
+ *                unrolls the per-row loops exactly. The argument c must equal it
  * Launch parameters (not compiled in): split (teams per row) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
@@ -98,6 +101,19 @@
 #define VWORDS ((XENT_VEC * ESIZE) / 4)
 #define TEAMS (XENT_BLOCK / XENT_TPR)
 #define CHUNK (XENT_TPR * XENT_ITEMS)
+#ifdef XENT_C
+/* Items a lane can ever hold: a row has at most C/VEC vectors, so item k of
+ * every lane lies past them once k * TPR >= C/VEC (ceil division). */
+#define NV_MAX (XENT_C / XENT_VEC)
+#define ITEMS_LIVE ((NV_MAX + XENT_TPR - 1) / XENT_TPR < XENT_ITEMS ? (NV_MAX + XENT_TPR - 1) / XENT_TPR : XENT_ITEMS)
+/* Items every lane holds in a whole row: even misaligned (head < VEC) it has
+ * NV_MIN vectors, and item k of lane TPR - 1 is vector k * TPR + TPR - 1. */
+#define NV_MIN ((XENT_C - XENT_VEC + 1) / XENT_VEC)
+#define ITEMS_SURE (NV_MIN / XENT_TPR < ITEMS_LIVE ? NV_MIN / XENT_TPR : ITEMS_LIVE)
+#else
+#define ITEMS_LIVE XENT_ITEMS
+#define ITEMS_SURE 0
+#endif
 #define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
 #define PART_FLOATS (3 + XENT_SMOOTHING * (1 + XENT_WEIGHTS))
 #define LOG2E 1.4426950408889634f
@@ -160,6 +176,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
  * of m*log2e and drifts every rescale by up to 2^(|m| * 6e-8). */
 __device__ __forceinline__ float exp_shifted(float x, float m) {
     return fast_exp2((x - m) * LOG2E);
+}
+
+/* ln(s) of a row's sum: 1 <= s <= c when its max is finite, else 0, inf or
+ * NaN, which lg2 maps as logf does. MUFU's log2 (CUDA's __logf) is within
+ * 2^-21.4 absolute on [0.5, 2] and 3 ulp beyond: far inside the 1e-5 of
+ * max(|lse|, 1) a row promises, in 2 instructions where logf took 22, a
+ * tenth of a tiny row. */
+__device__ __forceinline__ float log_sum(float s) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(s));
+    return y * 0.6931471805599453f;
 }
 
 /* A max usable as a shift: an all -inf prefix keeps the sum at 0, not NaN. */
@@ -319,15 +346,16 @@ __device__ __forceinline__ const unsigned char *vec_addr(const row_layout &l, in
 }
 
 /* Load the (up to) ITEMS vectors of this lane in chunk vb; missing ones read as -inf.
- * Addresses are one base plus constant offsets, so they cost no registers. */
+ * Addresses are one base plus constant offsets, so they cost no registers.
+ * The first `sure` items (a constant) are known to be there: no test, no fill. */
 __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, int lane,
-                                           unsigned (&r)[XENT_ITEMS][VWORDS]) {
+                                           unsigned (&r)[XENT_ITEMS][VWORDS], int sure = 0) {
     const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
     const unsigned char *base = vec_addr(l, vb + lane);
     const int valid = v1 - (vb + lane);
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++) {
-        if (k * XENT_TPR < valid) {
+    for (int k = 0; k < ITEMS_LIVE; k++) {
+        if (k < sure || k * XENT_TPR < valid) {
             load_vec(base + k * XENT_TPR * XENT_VEC * ESIZE, r[k]);
         } else {
 #pragma unroll
@@ -353,7 +381,7 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
 #if XENT_LOGIT == 0 || __CUDA_ARCH__ < 800 /* max.f16x2 and max.bf16x2 came with sm_80 */
     float m = neg_inf();
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++)
+    for (int k = 0; k < ITEMS_LIVE; k++)
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) m = fmaxf(m, elem(r[k], e));
     return m;
@@ -370,34 +398,74 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
 #endif
 }
 
-/* Add exp(x - m) of a loaded chunk to a.s (a.m is the shift), plus the side sums. */
-__device__ __forceinline__ void chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
-                                          const row_layout &l, int vb, int v1, int lane, int t,
-                                          const float *__restrict__ w) {
+/* Element i (item i / VEC, element i % VEC) of a loaded chunk, i < ITEMS_LIVE * VEC.
+ * Registers cannot be indexed (that would go through local memory), so this
+ * is a select tree on the bits of the word index: ITEMS_LIVE * VWORDS - 1
+ * selects, where comparing i with every element cost two instructions each. */
+#if ITEMS_LIVE > 0
+__device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], int i) {
+    const int n = ITEMS_LIVE * VWORDS;
+    const int word = i / (XENT_VEC / VWORDS);
+    unsigned v[ITEMS_LIVE * VWORDS];
+#pragma unroll
+    for (int j = 0; j < n; j++) v[j] = r[j / VWORDS][j % VWORDS];
+#pragma unroll
+    for (int b = 0; (1 << b) < n; b++) {
+        const bool hi = (word >> b) & 1;
+#pragma unroll
+        for (int j = 0; j + (1 << b) < n; j += 2 << b) v[j] = hi ? v[j + (1 << b)] : v[j];
+    }
+#if XENT_LOGIT == 0
+    return __uint_as_float(v[0]);
+#elif XENT_LOGIT == 1
+    return widen16((unsigned short)((i & 1) ? v[0] >> 16 : v[0]));
+#else
+    return __uint_as_float((i & 1) ? (v[0] & 0xffff0000u) : (v[0] << 16));
+#endif
+}
+#endif
+
+/* The sum of exp(x - m) of a loaded chunk (a.m is the shift); the target and side sums go into a. */
+__device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
+                                           const row_layout &l, int vb, int v1, int lane, int t,
+                                           const float *__restrict__ w) {
     const float ml = safe_max(a.m);
     const int valid = v1 - (vb + lane);
     const int j_lane = l.head + (vb + lane) * XENT_VEC; /* first element of item 0 */
-    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds */
+#if ITEMS_LIVE > 0 /* else rows shorter than a vector: all scalars */
+    /* The target's owner picks it out of registers (no extra load per row), before the
+     * sum widens 16-bit logits into more registers.
+     * It lies d elements past this lane's first, in item q / TPR when q = d / VEC
+     * is a multiple of TPR below the lane's loaded vectors (valid). */
+    const unsigned d = (unsigned)(t - j_lane), q = d / XENT_VEC;
+    if (d < (unsigned)(ITEMS_LIVE * XENT_TPR * XENT_VEC) && q % XENT_TPR == 0 && (int)q < valid)
+        a.xt = pick(r, (int)(q / XENT_TPR * XENT_VEC + d % XENT_VEC));
+#else
+    (void)t;
+    (void)j_lane;
+    (void)valid;
+#endif
+    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++) {
+    for (int k = 0; k < ITEMS_LIVE; k++)
 #pragma unroll
-        for (int e = 0; e < XENT_VEC; e++) s[(k * XENT_VEC + e) & 1] += exp_shifted(elem(r[k], e), ml);
-        /* The target's owner picks it out of registers: no extra load per row. */
-        const int d = t - (j_lane + k * XENT_TPR * XENT_VEC);
-        if ((unsigned)d < (unsigned)XENT_VEC && k * XENT_TPR < valid) {
-#pragma unroll
-            for (int e = 0; e < XENT_VEC; e++)
-                if (d == e) a.xt = elem(r[k], e);
+        for (int e = 0; e < XENT_VEC; e++) {
+            const int i = k * XENT_VEC + e;
+            const float x = exp_shifted(elem(r[k], e), ml);
+            s[i & 1] = i < 2 ? x : s[i & 1] + x;
         }
 #if XENT_SMOOTHING
+#pragma unroll
+    for (int k = 0; k < ITEMS_LIVE; k++)
         if (k * XENT_TPR < valid) {
 #pragma unroll
             for (int e = 0; e < XENT_VEC; e++)
                 acc_side(a, elem(r[k], e), j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
         }
+#else
+    (void)w;
 #endif
-    }
-    a.s += s[0] + s[1];
+    return s[0] + s[1];
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */
@@ -429,7 +497,7 @@ __device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_IT
     float m = fmaxf(a.m, chunk_max(r));
     a.s *= exp_shifted(a.m, safe_max(m));
     a.m = m;
-    chunk_sum(a, r, l, vb, v1, lane, t, w);
+    a.s += chunk_sum(a, r, l, vb, v1, lane, t, w);
 }
 
 #if XENT_ASYNC
@@ -510,12 +578,16 @@ __device__ __forceinline__ void async_chunks(acc &a, const row_layout &l, int v0
 
 /* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
 __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool scalars, int c,
-                                       int lane, int t, const float *__restrict__ w, bool one_chunk) {
+                                       int lane, int t, const float *__restrict__ w, bool one_chunk,
+                                       bool whole) {
     acc a;
     acc_init(a);
     unsigned r[XENT_ITEMS][VWORDS];
+    /* one test for the usual row of aligned vectors only, not four loop checks */
+    scalars = scalars && (l.head > 0 || l.head + l.nv * XENT_VEC < c);
 #if XENT_PASSES == 1
     (void)one_chunk;
+    (void)whole;
     if (scalars) {
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
@@ -529,7 +601,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         if (vb + CHUNK < v1) load_chunk(l, vb + CHUNK, v1, lane, next);
         online_chunk(a, r, l, vb, v1, lane, t, w);
 #pragma unroll
-        for (int k = 0; k < XENT_ITEMS; k++)
+        for (int k = 0; k < ITEMS_LIVE; k++)
 #pragma unroll
             for (int q = 0; q < VWORDS; q++) r[k][q] = next[k][q];
     }
@@ -542,9 +614,11 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
 #else
     float m = scalars ? scalars_max(l, c, lane) : neg_inf();
     if (one_chunk) {
-        load_chunk(l, v0, v1, lane, r); /* masked: an empty segment reads nothing */
+        /* masked: an empty segment reads nothing; a whole row has ITEMS_SURE items */
+        if (ITEMS_SURE > 0 && whole) load_chunk(l, v0, v1, lane, r, ITEMS_SURE);
+        else load_chunk(l, v0, v1, lane, r);
         a.m = team_max(fmaxf(m, chunk_max(r)));
-        chunk_sum(a, r, l, v0, v1, lane, t, w);
+        a.s = chunk_sum(a, r, l, v0, v1, lane, t, w);
     } else {
         for (int vb = v0; vb < v1; vb += CHUNK) {
             load_chunk(l, vb, v1, lane, r);
@@ -553,7 +627,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = team_max(m);
         for (int vb = v0; vb < v1; vb += CHUNK) {
             load_chunk(l, vb, v1, lane, r);
-            chunk_sum(a, r, l, vb, v1, lane, t, w);
+            a.s += chunk_sum(a, r, l, vb, v1, lane, t, w);
         }
     }
     if (scalars) scalars_sum(a, l, c, lane, t, w);
@@ -570,7 +644,8 @@ __device__ __forceinline__ row_result finish_row(const acc &a, long long t, long
                                                  int c, float smoothing,
                                                  const float *__restrict__ w, int *err,
                                                  float *lse_out, long long row) {
-    float lse = a.m + logf(a.s);
+    const float log_s = log_sum(a.s);
+    float lse = a.m + log_s;
 #if XENT_LSE
     lse_out[row] = lse;
 #else
@@ -595,7 +670,7 @@ __device__ __forceinline__ row_result finish_row(const acc &a, long long t, long
     (void)w;
     float wt = 1.0f;
 #endif
-    float nll = wt * ((a.m - a.xt) + logf(a.s)); /* from x - max, as log_softmax: exact for huge logits */
+    float nll = wt * ((a.m - a.xt) + log_s); /* from x - max, as log_softmax: exact for huge logits */
 #if XENT_SMOOTHING
 #if XENT_WEIGHTS
     float smooth = __fmul_rn(lse, a.sw) - a.sx; /* no fma: c == 1 must give exactly 0 */
@@ -641,9 +716,9 @@ __device__ __forceinline__ tile_t load_raw(const unsigned char *p) {
 }
 
 /* In asm: NVVM split the first store of a batch into four words, even with
- * __builtin_assume_aligned. The clobber keeps it before the tile's reads. */
-__device__ __forceinline__ void store_vec(unsigned char *s, const unsigned (&r)[VWORDS]) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(s);
+ * __builtin_assume_aligned. The clobber keeps it before the tile's reads.
+ * a is a shared-space address: converted once per group, not per store. */
+__device__ __forceinline__ void store_vec(unsigned a, const unsigned (&r)[VWORDS]) {
 #if VWORDS == 4
     asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};"
                  :: "r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
@@ -662,10 +737,33 @@ __device__ __forceinline__ float tile_elem(tile_t v) {
 #endif
 }
 
-/* One thread's row, read from the staged tile: max, then the sums. */
+/* Rows this short are read into registers once and reduced unrolled. */
+#define TILE_UNROLL_C 32
+
+/* One thread's row, read from the staged tile: max, then the sums. The
+ * target is read by its index, not found by comparing it with every j. */
 __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const float *__restrict__ w) {
     acc a;
     acc_init(a);
+#if defined(XENT_C) && XENT_C <= TILE_UNROLL_C
+    (void)c;
+    float v[XENT_C];
+#pragma unroll
+    for (int j = 0; j < XENT_C; j++) v[j] = tile_elem(x[j]);
+    float m = neg_inf(); /* not v[0]: fmaxf drops NaN as the loop below does */
+#pragma unroll
+    for (int j = 0; j < XENT_C; j++) m = fmaxf(m, v[j]);
+    a.m = m;
+    const float ml = safe_max(m);
+    float s[2] = {0.0f, 0.0f}; /* two chains, each from its first term */
+#pragma unroll
+    for (int j = 0; j < XENT_C; j++) {
+        const float e = exp_shifted(v[j], ml);
+        s[j & 1] = j < 2 ? e : s[j & 1] + e;
+        acc_side(a, v[j], j, -1, w);
+    }
+    a.s = s[0] + s[1];
+#else
     float m = neg_inf();
     for (int j = 0; j < c; j++) m = fmaxf(m, tile_elem(x[j]));
     a.m = m;
@@ -673,8 +771,10 @@ __device__ __forceinline__ acc tile_row(const tile_t *x, int c, int t, const flo
     for (int j = 0; j < c; j++) {
         float v = tile_elem(x[j]);
         a.s += exp_shifted(v, ml);
-        acc_side(a, v, j, t, w);
+        acc_side(a, v, j, -1, w);
     }
+#endif
+    if (t >= 0) a.xt = tile_elem(x[t]);
     return a;
 }
 
@@ -698,7 +798,7 @@ __device__ __forceinline__ int stage_warp(unsigned char *region, const unsigned 
     if (has_head) head_x = load_raw(src + (size_t)lane * ESIZE);
     if (has_tail) tail_x = load_raw(src + (size_t)(tail + lane) * ESIZE);
     const unsigned char *vsrc = src + (size_t)head * ESIZE;
-    unsigned char *vdst = (unsigned char *)(dst + head);
+    const unsigned vdst = (unsigned)__cvta_generic_to_shared(dst + head);
     /* a batch covers a group of tiny rows: unrolled, the loop only took registers */
 #pragma unroll 1
     for (int v = lane; v < nv; v += 32 * TILE_BATCH) {
@@ -708,7 +808,7 @@ __device__ __forceinline__ int stage_warp(unsigned char *region, const unsigned 
             if (v + 32 * k < nv) load_vec(vsrc + (size_t)(v + 32 * k) * VBYTES, r[k]);
 #pragma unroll
         for (int k = 0; k < TILE_BATCH; k++)
-            if (v + 32 * k < nv) store_vec(vdst + (size_t)(v + 32 * k) * VBYTES, r[k]);
+            if (v + 32 * k < nv) store_vec(vdst + (unsigned)(v + 32 * k) * VBYTES, r[k]);
     }
     if (has_head) dst[lane] = head_x;
     if (has_tail) dst[tail + lane] = tail_x;
@@ -943,30 +1043,44 @@ __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, doub
  * segment is published and the row's last segment combines them. */
 __device__ __forceinline__ void publish_item(const kargs &k, acc &a, long long row, int seg, long long t,
                                              double &loss_acc, double &weight_acc) {
-    if (k.split > 1 && !combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
-    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
-    if (k.split > 1 && XENT_REDUCTION != 0) {
-        double *res = split_results(k) + 2 * row;
-        res[0] = r.loss;
-        res[1] = r.weight;
-    } else {
-        emit_row(k, row, r, loss_acc, weight_acc);
+    if (k.split == 1) { /* one test: split rows' addressing stays off this path */
+        emit_row(k, row, finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row),
+                 loss_acc, weight_acc);
+        return;
     }
+    if (!combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
+    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+#if XENT_REDUCTION != 0
+    double *res = split_results(k) + 2 * row;
+    res[0] = r.loss;
+    res[1] = r.weight;
+#else
+    emit_row(k, row, r, loss_acc, weight_acc);
+#endif
 }
 
 /* One work item for this team: a row, or one segment of it (split > 1). */
 __device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
                                           double &loss_acc, double &weight_acc) {
-    const long long row = active ? w / k.split : 0;
-    const int seg = active ? (int)(w - row * k.split) : 0;
+    /* split == 1 is uniform: its rows skip the 64-bit division and the segment bounds */
+    const bool whole = k.split == 1;
+    long long row = active ? w : 0;
+    int seg = 0;
+    if (active && !whole) {
+        row = w / k.split;
+        seg = (int)(w - row * k.split);
+    }
     const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
     const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
     row_layout l = layout(k.logits, row, k.stride, k.c);
-    const int per = (l.nv + k.split - 1) / k.split;
-    const int v0 = active ? min(seg * per, l.nv) : 0;
-    const int v1 = active ? min(v0 + per, l.nv) : 0;
+    int v0 = 0, v1 = active ? l.nv : 0;
+    if (active && !whole) {
+        const int per = (l.nv + k.split - 1) / k.split;
+        v0 = min(seg * per, l.nv);
+        v1 = min(v0 + per, l.nv);
+    }
 
-    acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk);
+    acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk, active && whole);
     team_merge(a);
     if (lane == 0 && active) publish_item(k, a, row, seg, t, loss_acc, weight_acc);
     /* Lane 0 ran alone above. The next __syncthreads is an .aligned bar.sync,
@@ -976,14 +1090,22 @@ __device__ __forceinline__ void team_item(const kargs &k, long long w, bool acti
     __syncwarp();
 }
 
+/* Whether every segment fits one chunk; uniform for all teams, so 2-pass team
+ * reductions stay in step. With XENT_C it is known when compiling. */
+__device__ __forceinline__ bool fits_one_chunk(const kargs &k) {
+#ifdef XENT_C
+    if (NV_MAX <= CHUNK) return true; /* per segment: at most NV_MAX vectors, whatever the split */
+#endif
+    return ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
+}
+
 #if !XENT_DYNAMIC
 /* Static (PERSIST 0, 1): block b takes item groups b, b + grid, ... */
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
     const int team = threadIdx.x / XENT_TPR;
     const int lane = threadIdx.x % XENT_TPR;
     const long long work = k.n * k.split;
-    /* Uniform for all teams, so 2-pass team reductions stay in step. */
-    const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
+    const bool one_chunk = fits_one_chunk(k);
     for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
         const long long w = base + team;
         team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
@@ -998,7 +1120,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
     const int lane = threadIdx.x % XENT_TPR;
     const long long work = k.n * k.split;
-    const bool one_chunk = ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
+    const bool one_chunk = fits_one_chunk(k);
     unsigned long long *counter = WORK_COUNTER(k.ws);
 #if XENT_TPR <= 32
     const int per_unit = 32 / XENT_TPR;
@@ -1079,6 +1201,10 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
          long long stride, long long ignore_index, float smoothing, int split) {
+#ifdef XENT_C
+    if (c != XENT_C) __trap(); /* a kernel compiled for another class count: never compute garbage */
+    c = XENT_C;
+#endif
     const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE

@@ -3,7 +3,8 @@
  * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
  * fp16 and bf16 config, every 48th fp32 and 96th bf16 config with PERSIST=2 (its
- * own row loop), every TILE config, the heuristic's config for the
+ * own row loop), every TILE config, every 96th fp32 and 128th bf16 config
+ * for short rows (c compiled in: XENT_C), the heuristic's config for the
  * benchmark shapes, and the configs the GPU sweep once found spilling. */
 #include <check.h>
 #include <stdio.h>
@@ -23,12 +24,13 @@ static int cpus(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void compile_and_check(const xent_config *cfgs, int n, const xent_problem *p) {
+/* Compile n configs for one problem (nprobs 1) or each for its own (nprobs n). */
+static void compile_and_check_each(const xent_config *cfgs, int n, const xent_problem *p, int nprobs) {
     int *status = calloc((size_t)n, sizeof *status);
     xent_cubin *bins = calloc((size_t)n, sizeof *bins);
     char(*errs)[512] = calloc((size_t)n, sizeof *errs);
     ck_assert(status && bins && errs);
-    xent_compile_many(cfgs, n, p, 1, ARCH, cpus(), status, bins, errs);
+    xent_compile_many(cfgs, n, p, nprobs, ARCH, cpus(), status, bins, errs);
     for (int i = 0; i < n; i++) {
         char cfg[200];
         xent_config_format(&cfgs[i], cfg, sizeof cfg);
@@ -43,6 +45,10 @@ static void compile_and_check(const xent_config *cfgs, int n, const xent_problem
     free(status);
     free(bins);
     free(errs);
+}
+
+static void compile_and_check(const xent_config *cfgs, int n, const xent_problem *p) {
+    compile_and_check_each(cfgs, n, p, 1);
 }
 
 static void compile_space(xent_dtype d, int every, int persist) {
@@ -105,6 +111,8 @@ START_TEST(tile_configs_compile) {
         p.logits = (xent_dtype)d;
         for (int part = 0; part < 3; part++) {
             int lo = k * part / 3, hi = k * (part + 1) / 3;
+            /* rows of 10 and 3 unrolled, of 48 past TILE_UNROLL_C in loops */
+            p.c = p.row_stride = part == 0 ? 10 : part == 1 ? 48 : 3;
             p.reduction = (xent_reduction)((part + 2) % 3);
             p.has_weights = part == 2;
             p.label_smoothing = part == 2 ? 0.1f : 0.0f;
@@ -114,6 +122,39 @@ START_TEST(tile_configs_compile) {
         }
         fprintf(stderr, "compiled the %d TILE configs for dtype %d\n", k, d);
         free(all);
+    }
+}
+END_TEST
+
+/* Short rows render XENT_C (items no row fills are dropped, loops unroll):
+ * class counts below a vector, around a chunk, and the largest rendered. */
+START_TEST(fixed_c_configs_compile) {
+    static const int cs[] = {1, 2, 3, 7, 10, 33, 100, 256};
+    for (int d = XENT_F32; d <= XENT_BF16; d += XENT_BF16 - XENT_F32) {
+        int every = getenv("XENT_COMPILE_ALL") ? 1 : d == XENT_F32 ? 96 : 128;
+        size_t n = xent_space_enumerate((xent_dtype)d, NULL, 132, NULL, 0);
+        xent_config *all = calloc(n, sizeof *all), *pick = calloc(n, sizeof *pick);
+        xent_problem *probs = calloc(n, sizeof *probs);
+        ck_assert(all && pick && probs);
+        xent_space_enumerate((xent_dtype)d, NULL, 132, all, n);
+        int k = 0;
+        for (size_t i = 5; i < n; i += (size_t)every, k++) { /* offset: not the configs sample_* takes */
+            xent_problem *p = &probs[k];
+            pick[k] = all[i];
+            xent_problem_init(p, 1000, cs[k % 8]);
+            p->logits = (xent_dtype)d;
+            p->reduction = (xent_reduction)(k % 3);
+            p->has_weights = k % 4 == 1;
+            p->label_smoothing = k % 4 >= 2 ? 0.1f : 0.0f;
+            p->write_lse = k % 5 == 0;
+            p->targets = k % 2 ? XENT_I32 : XENT_I64;
+            if (k % 3 == 0 && !pick[k].tile) pick[k].persist = 2; /* with reduction none */
+        }
+        compile_and_check_each(pick, k, probs, k);
+        fprintf(stderr, "compiled %d configs with XENT_C for dtype %d\n", k, d);
+        free(all);
+        free(pick);
+        free(probs);
     }
 }
 END_TEST
@@ -324,6 +365,7 @@ int main(void) {
     tcase_add_test(tc, sweep_spills_stay_fixed);
     tcase_add_test(tc, async_configs_compile);
     tcase_add_test(tc, tile_configs_compile);
+    tcase_add_test(tc, fixed_c_configs_compile);
     tcase_add_test(tc, sample_f32);
     tcase_add_test(tc, sample_f16);
     tcase_add_test(tc, sample_bf16);

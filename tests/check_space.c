@@ -353,6 +353,12 @@ START_TEST(defines_follow_the_problem) {
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_TARGET 0\n"));
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_PASSES 2\n"));
     ck_assert_ptr_null(strstr(d, "XENT_SPLIT")); /* launch knobs are not compiled in */
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_C 100\n")); /* short rows: c is compiled in */
+    free(d);
+    p.c = p.row_stride = 257;
+    d = xent_render_defines(&c, &p);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_null(strstr(d, "XENT_C ")); /* longer rows share a kernel across c */
     free(d);
 }
 END_TEST
