@@ -388,13 +388,18 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
 #else
     /* 16-bit pairs stay packed: half the instructions, and the registers
      * hold the chunk as loaded rather than widened */
+#if ITEMS_LIVE == 0 /* rows shorter than a vector: all scalars */
+    (void)r;
+    return neg_inf();
+#else
     unsigned m2 = r[0][0];
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++)
+    for (int k = 0; k < ITEMS_LIVE; k++) /* the items past ITEMS_LIVE are never loaded */
 #pragma unroll
         for (int q = 0; q < VWORDS; q++)
             if (k || q) m2 = max_pair(m2, r[k][q]);
     return fmaxf(widen16((unsigned short)(m2 & 0xffffu)), widen16((unsigned short)(m2 >> 16)));
+#endif
 #endif
 }
 
@@ -525,7 +530,7 @@ __device__ __forceinline__ void issue_chunk(unsigned stages, int s, const row_la
         const unsigned char *base = vec_addr(l, vb + lane);
         const int valid = v1 - (vb + lane);
 #pragma unroll
-        for (int k = 0; k < XENT_ITEMS; k++)
+        for (int k = 0; k < ITEMS_LIVE; k++)
             if (k * XENT_TPR < valid) copy_async(stage_slot(stages, s, k), base + k * XENT_TPR * XENT_VEC * ESIZE);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -537,7 +542,7 @@ __device__ __forceinline__ void read_stage(unsigned stages, int s, int vb, int v
     const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
     const int valid = v1 - (vb + lane);
 #pragma unroll
-    for (int k = 0; k < XENT_ITEMS; k++) {
+    for (int k = 0; k < ITEMS_LIVE; k++) {
         if (k * XENT_TPR < valid) {
             const unsigned a = stage_slot(stages, s, k);
 #if VWORDS == 4
@@ -1161,12 +1166,14 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
-#if XENT_LOGIT == 0
+#if XENT_LOGIT == 0 || XENT_SMOOTHING
 #define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
 #define REGS_FLOOR 80
 #else
 /* 16-bit chunks stay packed through the max (chunk_max): a bf16 chunk of 64
- * logits fit 72 registers without spilling where it took 96 widened. */
+ * logits fit 72 registers without spilling where it took 96 widened. Not
+ * with smoothing, whose side sums widen the chunk again (a bf16 chunk of 64
+ * with weights spilled 16 bytes at 128). */
 #define CHUNK_REGS (XENT_ITEMS * VWORDS + 40)
 #define REGS_FLOOR 72
 #endif
