@@ -407,7 +407,9 @@ __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORD
  * Registers cannot be indexed (that would go through local memory), so this
  * is a select tree on the bits of the word index: ITEMS_LIVE * VWORDS - 1
  * selects, where comparing i with every element cost two instructions each. */
-#if ITEMS_LIVE > 0
+/* Chunks of at most this many words pick the target with a select tree. */
+#define PICK_WORDS_MAX 16
+#if ITEMS_LIVE > 0 && ITEMS_LIVE * VWORDS <= PICK_WORDS_MAX
 __device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], int i) {
     const int n = ITEMS_LIVE * VWORDS;
     const int word = i / (XENT_VEC / VWORDS);
@@ -442,9 +444,23 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
      * sum widens 16-bit logits into more registers.
      * It lies d elements past this lane's first, in item q / TPR when q = d / VEC
      * is a multiple of TPR below the lane's loaded vectors (valid). */
+#if ITEMS_LIVE * VWORDS <= PICK_WORDS_MAX
     const unsigned d = (unsigned)(t - j_lane), q = d / XENT_VEC;
     if (d < (unsigned)(ITEMS_LIVE * XENT_TPR * XENT_VEC) && q % XENT_TPR == 0 && (int)q < valid)
         a.xt = pick(r, (int)(q / XENT_TPR * XENT_VEC + d % XENT_VEC));
+#else
+    /* a select tree over a big chunk needs half its registers again (a 64-word
+     * fp32 chunk spilled at 96): compare per item instead */
+#pragma unroll
+    for (int k = 0; k < ITEMS_LIVE; k++) {
+        const int d = t - (j_lane + k * XENT_TPR * XENT_VEC);
+        if ((unsigned)d < (unsigned)XENT_VEC && k * XENT_TPR < valid) {
+#pragma unroll
+            for (int e = 0; e < XENT_VEC; e++)
+                if (d == e) a.xt = elem(r[k], e);
+        }
+    }
+#endif
 #else
     (void)t;
     (void)j_lane;
