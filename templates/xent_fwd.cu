@@ -924,8 +924,9 @@ __device__ __forceinline__ void block_sum2(double &x, double &y) {
 }
 
 /* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
- * loads are issued before their adds: one at a time, the last block's pass
- * over ~500 partials was five L2 round trips on the kernel's critical path. */
+ * loads are issued before their adds, so the last block's pass over ~500
+ * partials waits on two L2 round trips, not five (no gain was measurable at
+ * 32768x4096: docs/performance.md, log 13). */
 __device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
                                               double &x, double &y) {
     long long i = from;
