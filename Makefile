@@ -19,7 +19,7 @@ GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
 .PHONY: all test test-gpu install clean FORCE
-all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS)
+all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS) $(BUILD)/COMMIT
 
 $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
 	@mkdir -p $(@D)
@@ -34,6 +34,11 @@ $(BUILD)/prefix: FORCE
 	@mkdir -p $(@D)
 	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
 $(BUILD)/runtime/plan.o: $(BUILD)/prefix
+# The commit a build came from, for logs made where the build is carried to.
+$(BUILD)/COMMIT: FORCE
+	@mkdir -p $(@D)
+	@(git describe --always --dirty 2>/dev/null || echo unknown) | cmp -s - $@ || \
+		(git describe --always --dirty 2>/dev/null || echo unknown) > $@
 FORCE:
 
 $(BUILD)/templates.o: $(BUILD)/templates.c

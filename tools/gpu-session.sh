@@ -30,7 +30,8 @@ for s in "$@"; do
     info)
         stage info
         nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
-        git log -1 --format='commit %h %s' 2>/dev/null || true ;;
+        # the build's own record: this copy's git metadata may be older than the carried tree
+        echo "build of commit $(cat build/COMMIT 2>/dev/null || echo unknown)" ;;
     test)
         # the binaries make test-gpu runs (make itself would try to rebuild
         # here), all but the sweep of every config: see the configs stage
