@@ -332,9 +332,9 @@ static int cmp_trial(const void *a, const void *b) {
 }
 
 /* ASYNC is how a structure's chunks arrive, like the cache hint: a variant.
- * As structures, its configs tripled the online ones in the unbounded first
- * stage and never won (docs/performance.md, log 14), leaving the budget fewer
- * variants of the structures that did. */
+ * As structures, its configs added up to two per online structure to the
+ * unbounded first stage and never won (docs/performance.md, log 14), leaving
+ * the budget fewer variants of the structures that did. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
            a->split == b->split && a->prefetch == b->prefetch;
