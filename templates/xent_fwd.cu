@@ -120,6 +120,8 @@
 /* The work counter of dynamic scheduling, in the workspace header (see above). */
 #define WORK_COUNTER(ws) ((unsigned long long *)((ws) + 8))
 #define FULL_MASK 0xffffffffu
+/* A word of -inf logits (one fp32, two fp16 or two bf16): what missing vectors read as. */
+#define NEG_INF_WORD (XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u)
 
 #if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
 #error "XENT_VEC * element size must be 4, 8 or 16 bytes"
@@ -350,7 +352,6 @@ __device__ __forceinline__ const unsigned char *vec_addr(const row_layout &l, in
  * The first `sure` items (a constant) are known to be there: no test, no fill. */
 __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, int lane,
                                            unsigned (&r)[XENT_ITEMS][VWORDS], int sure = 0) {
-    const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
     const unsigned char *base = vec_addr(l, vb + lane);
     const int valid = v1 - (vb + lane);
 #pragma unroll
@@ -359,7 +360,7 @@ __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, 
             load_vec(base + k * XENT_TPR * XENT_VEC * ESIZE, r[k]);
         } else {
 #pragma unroll
-            for (int q = 0; q < VWORDS; q++) r[k][q] = fill;
+            for (int q = 0; q < VWORDS; q++) r[k][q] = NEG_INF_WORD;
         }
     }
 }
@@ -555,7 +556,6 @@ __device__ __forceinline__ void issue_chunk(unsigned stages, int s, const row_la
 /* Stage s into registers, the same vectors load_chunk would have read. */
 __device__ __forceinline__ void read_stage(unsigned stages, int s, int vb, int v1, int lane,
                                            unsigned (&r)[XENT_ITEMS][VWORDS]) {
-    const unsigned fill = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
     const int valid = v1 - (vb + lane);
 #pragma unroll
     for (int k = 0; k < ITEMS_LIVE; k++) {
@@ -571,7 +571,7 @@ __device__ __forceinline__ void read_stage(unsigned stages, int s, int vb, int v
 #endif
         } else {
 #pragma unroll
-            for (int q = 0; q < VWORDS; q++) r[k][q] = fill;
+            for (int q = 0; q < VWORDS; q++) r[k][q] = NEG_INF_WORD;
         }
     }
 }

@@ -174,15 +174,39 @@ START_TEST(heuristic_configs_compile) {
 }
 END_TEST
 
+/* A listed config, legal for its dtype. */
+typedef struct {
+    xent_dtype d;
+    const char *cfg;
+} listed_config;
+
+/* Each config under four problem variants (reductions, weights, smoothing,
+ * the lse output): compiled, no spills, no stack. */
+static void compile_listed(const listed_config *list, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        xent_config c;
+        char why[256];
+        ck_assert_msg(xent_config_parse(list[i].cfg, &c, why, sizeof why) == XENT_OK, "%s", why);
+        ck_assert_msg(xent_config_legal(&c, list[i].d, why, sizeof why), "%s: %s", list[i].cfg, why);
+        for (int v = 0; v < 4; v++) {
+            xent_problem p;
+            xent_problem_init(&p, 1000, 1000);
+            p.logits = list[i].d;
+            p.reduction = (xent_reduction)(v % 3);
+            p.has_weights = v >= 2;
+            p.label_smoothing = v >= 2 ? 0.1f : 0.0f;
+            p.write_lse = v == 3;
+            compile_and_check(&c, 1, &p);
+        }
+    }
+}
+
 /* Configs the GPU sweep (which checks every config for spills on 16 cores)
  * found spilling on 2026-12-02, before the template asked for more registers
  * for the dynamic schedule and for weighted smoothing: under every problem
  * variant, none may spill again. */
 START_TEST(sweep_spills_stay_fixed) {
-    static const struct {
-        xent_dtype d;
-        const char *cfg;
-    } found[] = {
+    static const listed_config found[] = {
         {XENT_F32, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
         {XENT_F32, "VEC=4 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2"},
         {XENT_F16, "VEC=4 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
@@ -192,21 +216,7 @@ START_TEST(sweep_spills_stay_fixed) {
         /* the GPU suite's prewarm, 12:53: 8 bytes at 96 registers (a select tree over 64 words) */
         {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=1"},
     };
-    for (size_t i = 0; i < sizeof found / sizeof found[0]; i++) {
-        xent_config c;
-        char why[256];
-        ck_assert_msg(xent_config_parse(found[i].cfg, &c, why, sizeof why) == XENT_OK, "%s", why);
-        for (int v = 0; v < 4; v++) {
-            xent_problem p;
-            xent_problem_init(&p, 1000, 1000);
-            p.logits = found[i].d;
-            p.reduction = (xent_reduction)(v % 3);
-            p.has_weights = v >= 2;
-            p.label_smoothing = v >= 2 ? 0.1f : 0.0f;
-            p.write_lse = v == 3;
-            compile_and_check(&c, 1, &p);
-        }
-    }
+    compile_listed(found, sizeof found / sizeof found[0]);
 }
 END_TEST
 
@@ -214,10 +224,7 @@ END_TEST
  * stage count, a whole-block team past 48 KB of shared memory, and the
  * problem variants: no spills, no stack. */
 START_TEST(async_configs_compile) {
-    static const struct {
-        xent_dtype d;
-        const char *cfg;
-    } cases[] = {
+    static const listed_config cases[] = {
         {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
         {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2 ASYNC=2"},
         {XENT_F32, "VEC=2 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
@@ -229,22 +236,7 @@ START_TEST(async_configs_compile) {
         {XENT_F16, "VEC=8 TPR=64 BLOCK=64 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
         {XENT_BF16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        xent_config c;
-        char why[256];
-        ck_assert_msg(xent_config_parse(cases[i].cfg, &c, why, sizeof why) == XENT_OK, "%s", why);
-        ck_assert_msg(xent_config_legal(&c, cases[i].d, why, sizeof why), "%s: %s", cases[i].cfg, why);
-        for (int v = 0; v < 4; v++) {
-            xent_problem p;
-            xent_problem_init(&p, 1000, 1000);
-            p.logits = cases[i].d;
-            p.reduction = (xent_reduction)(v % 3);
-            p.has_weights = v >= 2;
-            p.label_smoothing = v >= 2 ? 0.1f : 0.0f;
-            p.write_lse = v == 3;
-            compile_and_check(&c, 1, &p);
-        }
-    }
+    compile_listed(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
