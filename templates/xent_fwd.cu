@@ -180,6 +180,33 @@ __device__ __forceinline__ float exp_shifted(float x, float m) {
     return fast_exp2((x - m) * LOG2E);
 }
 
+/* The same shift for a chunk's many logits at one FFMA each, not a subtraction
+ * and a product: terms 2^(x*log2e - ml2), with ml2 = m*log2e rounded, are off
+ * by exactly 2^delta, delta = m*log2e - ml2 (an fma gives it), and their sum
+ * is corrected once. So no drift from rescale to rescale. Past |m| = 2^22,
+ * delta could near 1 and the terms overflow: those chunks subtract first. */
+struct shift {
+    float m;    /* from safe_max */
+    float ml2;  /* m * log2e, rounded */
+    float fix;  /* 2^-delta */
+    bool ffma;  /* |m| < 2^22 */
+};
+
+__device__ __forceinline__ shift make_shift(float m) {
+    shift h;
+    h.m = m;
+    h.ml2 = m * LOG2E;
+    h.fix = fast_exp2(-fmaf(m, LOG2E, -h.ml2));
+    h.ffma = fabsf(m) < 4194304.0f;
+    return h;
+}
+
+/* One term of a shift; FFMA is h.ffma, a constant so that each path is straight code. */
+template <bool FFMA>
+__device__ __forceinline__ float shifted_term(float x, const shift &h) {
+    return FFMA ? fast_exp2(fmaf(x, LOG2E, -h.ml2)) : exp_shifted(x, h.m);
+}
+
 /* ln(s) of a row's sum: 1 <= s <= c when its max is finite, else 0, inf or
  * NaN, which lg2 maps as logf does. MUFU's log2 (CUDA's __logf) is within
  * 2^-21.4 absolute on [0.5, 2] and 3 ulp beyond: far inside the 1e-5 of
@@ -349,11 +376,18 @@ __device__ __forceinline__ const unsigned char *vec_addr(const row_layout &l, in
 
 /* Load the (up to) ITEMS vectors of this lane in chunk vb; missing ones read as -inf.
  * Addresses are one base plus constant offsets, so they cost no registers.
- * The first `sure` items (a constant) are known to be there: no test, no fill. */
+ * The first `sure` items (a constant) are known to be there: no test, no fill;
+ * so are all of a chunk that ends inside the segment (the usual one: a test
+ * per chunk, uniform in the team, where the fills took one move per word). */
 __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, int lane,
                                            unsigned (&r)[XENT_ITEMS][VWORDS], int sure = 0) {
     const unsigned char *base = vec_addr(l, vb + lane);
     const int valid = v1 - (vb + lane);
+    if (vb + CHUNK <= v1) {
+#pragma unroll
+        for (int k = 0; k < ITEMS_LIVE; k++) load_vec(base + k * XENT_TPR * XENT_VEC * ESIZE, r[k]);
+        return;
+    }
 #pragma unroll
     for (int k = 0; k < ITEMS_LIVE; k++) {
         if (k < sure || k * XENT_TPR < valid) {
@@ -433,6 +467,21 @@ __device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], i
 }
 #endif
 
+/* The sum of a loaded chunk's terms; the -inf the missing vectors read as add 0. */
+template <bool FFMA>
+__device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS], const shift &h) {
+    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
+#pragma unroll
+    for (int k = 0; k < ITEMS_LIVE; k++)
+#pragma unroll
+        for (int e = 0; e < XENT_VEC; e++) {
+            const int i = k * XENT_VEC + e;
+            const float x = shifted_term<FFMA>(elem(r[k], e), h);
+            s[i & 1] = i < 2 ? x : s[i & 1] + x;
+        }
+    return s[0] + s[1];
+}
+
 /* The sum of exp(x - m) of a loaded chunk (a.m is the shift); the target and side sums go into a. */
 __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
                                            const row_layout &l, int vb, int v1, int lane, int t,
@@ -445,37 +494,28 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
      * sum widens 16-bit logits into more registers.
      * It lies d elements past this lane's first, in item q / TPR when q = d / VEC
      * is a multiple of TPR below the lane's loaded vectors (valid). */
-#if ITEMS_LIVE * VWORDS <= PICK_WORDS_MAX
     const unsigned d = (unsigned)(t - j_lane), q = d / XENT_VEC;
-    if (d < (unsigned)(ITEMS_LIVE * XENT_TPR * XENT_VEC) && q % XENT_TPR == 0 && (int)q < valid)
+    if (d < (unsigned)(ITEMS_LIVE * XENT_TPR * XENT_VEC) && q % XENT_TPR == 0 && (int)q < valid) {
+#if ITEMS_LIVE * VWORDS <= PICK_WORDS_MAX
         a.xt = pick(r, (int)(q / XENT_TPR * XENT_VEC + d % XENT_VEC));
 #else
-    /* a select tree over a big chunk needs half its registers again (a 64-word
-     * fp32 chunk spilled at 96): compare per item instead */
+        /* a select tree over a big chunk needs half its registers again (a
+         * 64-word fp32 chunk spilled at 96): compare per item instead */
+        const int kt = (int)(q / XENT_TPR), et = (int)(d % XENT_VEC);
 #pragma unroll
-    for (int k = 0; k < ITEMS_LIVE; k++) {
-        const int d = t - (j_lane + k * XENT_TPR * XENT_VEC);
-        if ((unsigned)d < (unsigned)XENT_VEC && k * XENT_TPR < valid) {
+        for (int k = 0; k < ITEMS_LIVE; k++)
 #pragma unroll
             for (int e = 0; e < XENT_VEC; e++)
-                if (d == e) a.xt = elem(r[k], e);
-        }
-    }
+                if (k == kt && e == et) a.xt = elem(r[k], e);
 #endif
+    }
 #else
     (void)t;
     (void)j_lane;
     (void)valid;
 #endif
-    float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
-#pragma unroll
-    for (int k = 0; k < ITEMS_LIVE; k++)
-#pragma unroll
-        for (int e = 0; e < XENT_VEC; e++) {
-            const int i = k * XENT_VEC + e;
-            const float x = exp_shifted(elem(r[k], e), ml);
-            s[i & 1] = i < 2 ? x : s[i & 1] + x;
-        }
+    const shift h = make_shift(ml);
+    const float sum = h.ffma ? exp_sum<true>(r, h) * h.fix : exp_sum<false>(r, h);
 #if XENT_SMOOTHING
 #pragma unroll
     for (int k = 0; k < ITEMS_LIVE; k++)
@@ -487,7 +527,7 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
 #else
     (void)w;
 #endif
-    return s[0] + s[1];
+    return sum;
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */
@@ -1183,7 +1223,16 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
-#if XENT_LOGIT == 0 || XENT_SMOOTHING
+#if defined(XENT_C) && !XENT_SMOOTHING && !XENT_TILE
+/* Rows short enough for a compiled-in class count need fewer registers than
+ * the floor, and a lower one fits more warps to keep loads in flight (fp32
+ * 1048576x10, TPR=1 VEC=2 ITEMS=8: 48 registers without spills, 40 warps per
+ * SM, where the floor of 80 left 24). The chunk's estimate stays ITEMS-sized:
+ * counting only the items a row fills (ITEMS_LIVE) spilled at c = 100. Not
+ * TILE, whose unrolled rows hold up to 32 logits (176 bytes spilled at 48). */
+#define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
+#define REGS_FLOOR 48
+#elif XENT_LOGIT == 0 || XENT_SMOOTHING
 #define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
 #define REGS_FLOOR 80
 #else
