@@ -33,6 +33,8 @@ const xent_knob xent_knobs[] = {
      "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1},
     {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
      "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1},
+    {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
+     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -106,6 +108,9 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "ASYNC takes CACHE=0 (its copies bypass L1 whatever the hint)");
     if (async_bytes(cfg, d) > MAX_ASYNC_BYTES)
         return refuse(why, len, "ASYNC: the stages exceed the shared memory a block may have");
+    /* fp32 chunks leave the MUFU pipe a third busy (docs/performance.md): nothing to balance */
+    if (cfg->poly && (d == XENT_F32 || cfg->tile))
+        return refuse(why, len, "POLY takes 16-bit logits and TILE=0 (the chunk sums it splits between pipes)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
     if (cfg->items * cfg->vec * (1 + cfg->prefetch) > chunk_limit(cfg->block))
         return refuse(why, len, "ITEMS * VEC (twice that with PREFETCH) exceeds what the registers of a "
@@ -157,6 +162,9 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
     if (c->prefetch && c->items >= fit) return 0; /* one chunk a segment: nothing to fetch ahead */
     if (c->async && (long)c->items * (c->async + 1) > fit) return 0; /* fewer chunks than stages */
+    /* POLY balances the pipes of long rows' chunks; short rows are paced by
+     * instruction issue, which its polynomial only adds to */
+    if (c->poly && (p->c < 512 || c->items * c->vec < 2 * c->poly)) return 0;
     return 1;
 }
 
@@ -287,6 +295,7 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->split = 1;
     cfg->prefetch = 0;
     cfg->async = 0;
+    cfg->poly = 0;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
     int max_items = chunk_limit(128) / cfg->vec;
     if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */

@@ -26,6 +26,7 @@ typedef struct xent_config {
     int tile;    /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int async;    /* 1, 2: chunks copied into shared memory (cp.async) that many chunks ahead */
+    int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

@@ -24,6 +24,9 @@
  *                copies, so no barrier. Bytes stay in flight while the warp computes,
  *                without the registers PREFETCH needs. Dynamic shared memory:
  *                (ASYNC + 1) * ITEMS * BLOCK vectors
+ *   XENT_POLY    4, 8: (16-bit logits) one term in that many of a chunk's sum is computed
+ *                by a polynomial on the FMA pipe (poly_exp2), the others by MUFU's ex2, so
+ *                that neither pipe alone paces a chunk
  *   XENT_TILE    1: tiny rows, a thread per row (TPR == 1). Each warp stages 32 whole rows
  *                into its own shared-memory region with VEC-wide loads, several in flight
  *                per lane, synchronising with __syncwarp only; then each lane reduces its
@@ -75,9 +78,13 @@
 #ifndef XENT_ASYNC
 #define XENT_ASYNC 0
 #endif
+#ifndef XENT_POLY
+#define XENT_POLY 0
+#endif
 #ifndef XENT_DYNAMIC
 #define XENT_DYNAMIC 0
 #endif
+#define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
 #ifndef XENT_LOGIT
 #define XENT_LOGIT 0
 #endif
@@ -131,6 +138,9 @@
 #endif
 #if XENT_TILE && XENT_TPR != 1
 #error "TILE needs TPR == 1"
+#endif
+#if XENT_POLY && (XENT_LOGIT == 0 || XENT_TILE)
+#error "POLY needs 16-bit logits and TILE == 0"
 #endif
 #if XENT_ASYNC && (XENT_PASSES != 1 || XENT_TILE || XENT_PREFETCH)
 #error "ASYNC needs PASSES == 1, TILE == 0 and PREFETCH == 0"
@@ -201,10 +211,33 @@ __device__ __forceinline__ shift make_shift(float m) {
     return h;
 }
 
-/* One term of a shift; FFMA is h.ffma, a constant so that each path is straight code. */
+/* 2^x without the MUFU unit, for x < 2^22: x = j + f, j an integer (the
+ * 1.5 * 2^23 rounding trick) and |f| <= 1/2; 2^f from a degree-5 minimax
+ * polynomial (relative error 1.8e-7 in fp32 Horner, about ex2.approx's), times
+ * 2^j built in the exponent bits. The product, not an integer add to p's
+ * exponent, keeps NaN a NaN. Below -125 it gives 2^-125 where ex2.ftz gives 0:
+ * nothing in a sum that holds at least 1. About 11 FMA and ALU instructions. */
+__device__ __forceinline__ float poly_exp2(float x) {
+    const float y = x < -125.0f ? -125.0f : x; /* NaN compares false: kept */
+    const float t = y + 12582912.0f;
+    const float f = y - (t - 12582912.0f);
+    float p = 1.3282305e-3f;
+    p = fmaf(p, f, 9.6755894e-3f);
+    p = fmaf(p, f, 5.5506952e-2f);
+    p = fmaf(p, f, 2.4022119e-1f);
+    p = fmaf(p, f, 6.9314700e-1f);
+    p = fmaf(p, f, 1.0000001f);
+    /* t's low bits hold j: (j + 127) << 23 is 2^j, the constant's bits shift out */
+    return p * __int_as_float((__float_as_int(t) + 127) << 23);
+}
+
+/* One term of a shift; FFMA is h.ffma, a constant so that each path is straight
+ * code; on_fma (a constant) takes the term off the MUFU pipe. */
 template <bool FFMA>
-__device__ __forceinline__ float shifted_term(float x, const shift &h) {
-    return FFMA ? fast_exp2(fmaf(x, LOG2E, -h.ml2)) : exp_shifted(x, h.m);
+__device__ __forceinline__ float shifted_term(float x, const shift &h, bool on_fma = false) {
+    if (!FFMA) return exp_shifted(x, h.m);
+    const float e = fmaf(x, LOG2E, -h.ml2);
+    return on_fma ? poly_exp2(e) : fast_exp2(e);
 }
 
 /* ln(s) of a row's sum: 1 <= s <= c when its max is finite, else 0, inf or
@@ -476,7 +509,7 @@ __device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS]
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) {
             const int i = k * XENT_VEC + e;
-            const float x = shifted_term<FFMA>(elem(r[k], e), h);
+            const float x = shifted_term<FFMA>(elem(r[k], e), h, XENT_POLY && i % POLY_EVERY == POLY_EVERY - 1);
             s[i & 1] = i < 2 ? x : s[i & 1] + x;
         }
     return s[0] + s[1];

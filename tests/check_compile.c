@@ -240,6 +240,22 @@ START_TEST(async_configs_compile) {
 }
 END_TEST
 
+/* POLY's polynomial beside the MUFU terms, both shares, both 16-bit types,
+ * a whole-block team and a thread per row, under the problem variants: no
+ * spills, no stack. */
+START_TEST(poly_configs_compile) {
+    static const listed_config cases[] = {
+        {XENT_BF16, "VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 POLY=8"},
+        {XENT_BF16, "VEC=8 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 POLY=4"},
+        {XENT_F16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=3 POLY=4"},
+        {XENT_F16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=8"},
+        {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1 POLY=4"},
+        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2 POLY=8"},
+    };
+    compile_listed(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
 START_TEST(compile_error_keeps_the_log) {
     xent_cubin bin;
     char err[4096];
@@ -276,7 +292,7 @@ static xent_problem small_problem(void) {
     return p;
 }
 
-static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0};
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0, 0};
 
 START_TEST(kernel_cache_memory_and_disk) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
@@ -358,6 +374,7 @@ int main(void) {
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
     tcase_add_test(tc, async_configs_compile);
+    tcase_add_test(tc, poly_configs_compile);
     tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, fixed_c_configs_compile);
     tcase_add_test(tc, sample_f32);

@@ -18,6 +18,22 @@ static xent_config *enumerate_all(xent_dtype d, const xent_problem *p, size_t *n
     return all;
 }
 
+/* An optional knob: text without it parses with the knob at 0, with
+ * " NAME=v" appended at v; c is left parsed with it. */
+static void parses_optional(const char *base, const char *name, int v, xent_config *c) {
+    const xent_knob *k = NULL;
+    for (int i = 0; i < xent_nknobs; i++)
+        if (!strcmp(xent_knobs[i].name, name)) k = &xent_knobs[i];
+    ck_assert_ptr_nonnull(k);
+    ck_assert(k->optional);
+    char text[256], why[160];
+    ck_assert_int_eq(xent_config_parse(base, c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_knob_get(c, k), 0);
+    snprintf(text, sizeof text, "%s %s=%d", base, name, v);
+    ck_assert_int_eq(xent_config_parse(text, c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_knob_get(c, k), v);
+}
+
 START_TEST(knob_table_is_consistent) {
     ck_assert_int_ge(xent_nknobs, 8);
     for (int i = 0; i < xent_nknobs; i++) {
@@ -103,12 +119,7 @@ END_TEST
 START_TEST(prefetch_is_optional_and_constrained) {
     xent_config c;
     char why[160];
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-                                       &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(c.prefetch, 0);
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
-                                       "PREFETCH=1", &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(c.prefetch, 1);
+    parses_optional("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", "PREFETCH", 1, &c);
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     xent_config other;
     ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 PREFETCH=0",
@@ -126,10 +137,8 @@ START_TEST(prefetch_is_optional_and_constrained) {
     /* a segment of one chunk has nothing to fetch ahead: the tuner does not offer it */
     xent_problem p;
     xent_problem_init(&p, 32768, 1024); /* 256 float4 a row: 8 a lane of a warp */
-    size_t n = xent_space_enumerate(XENT_F32, &p, 132, NULL, 0);
-    xent_config *cands = calloc(n, sizeof *cands);
-    ck_assert_ptr_nonnull(cands);
-    xent_space_enumerate(XENT_F32, &p, 132, cands, n);
+    size_t n;
+    xent_config *cands = enumerate_all(XENT_F32, &p, &n);
     for (size_t i = 0; i < n; i++)
         if (cands[i].prefetch && cands[i].tpr == 32) ck_assert_int_lt(cands[i].items, 8);
     free(cands);
@@ -141,12 +150,7 @@ END_TEST
 START_TEST(async_is_optional_and_constrained) {
     xent_config c;
     char why[160];
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-                                       &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(c.async, 0);
-    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
-                                       "ASYNC=2", &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(c.async, 2);
+    parses_optional("VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", "ASYNC", 2, &c);
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     xent_problem p;
     xent_problem_init(&p, 32768, 4096);
@@ -172,10 +176,8 @@ START_TEST(async_is_optional_and_constrained) {
     /* the tuner offers ASYNC only where a segment has more chunks than stages */
     xent_problem_init(&p, 32768, 4096);
     p.logits = XENT_BF16;
-    size_t n = xent_space_enumerate(XENT_BF16, &p, 132, NULL, 0);
-    xent_config *cands = calloc(n, sizeof *cands);
-    ck_assert_ptr_nonnull(cands);
-    xent_space_enumerate(XENT_BF16, &p, 132, cands, n);
+    size_t n;
+    xent_config *cands = enumerate_all(XENT_BF16, &p, &n);
     int offered = 0;
     for (size_t i = 0; i < n; i++) {
         if (!cands[i].async) continue;
@@ -184,6 +186,52 @@ START_TEST(async_is_optional_and_constrained) {
         ck_assert_int_le(cands[i].items * (cands[i].async + 1), per_lane);
     }
     ck_assert_int_gt(offered, 0);
+    free(cands);
+}
+END_TEST
+
+/* POLY parses as 0 when left out; it is for 16-bit logits without TILE, and
+ * the tuner offers it only for rows of 512 and more, where a chunk has at
+ * least twice that many terms. */
+START_TEST(poly_is_optional_and_constrained) {
+    xent_config c;
+    char why[160];
+    parses_optional("VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", "POLY", 8, &c);
+    ck_assert_msg(xent_config_legal(&c, XENT_BF16, why, sizeof why), "%s", why);
+    ck_assert_msg(xent_config_legal(&c, XENT_F16, why, sizeof why), "%s", why);
+    c.vec = 4;
+    ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "POLY"));
+    ck_assert_int_ne(xent_config_parse("VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
+                                       "POLY=3", &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_parse("VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1 "
+                                       "POLY=4", &c, why, sizeof why), XENT_OK);
+    ck_assert(!xent_config_legal(&c, XENT_BF16, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "TILE"));
+    /* offered for bf16 32768x4096, never with fewer terms a chunk than POLY */
+    xent_problem p;
+    xent_problem_init(&p, 32768, 4096);
+    p.logits = XENT_BF16;
+    size_t n;
+    xent_config *cands = enumerate_all(XENT_BF16, &p, &n);
+    int offered = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!cands[i].poly) continue;
+        offered++;
+        ck_assert_int_ge(cands[i].items * cands[i].vec, 2 * cands[i].poly);
+    }
+    ck_assert_int_gt(offered, 0);
+    free(cands);
+    /* not for short rows */
+    xent_problem_init(&p, 1048576, 100);
+    p.logits = XENT_BF16;
+    cands = enumerate_all(XENT_BF16, &p, &n);
+    for (size_t i = 0; i < n; i++) ck_assert_int_eq(cands[i].poly, 0);
+    free(cands);
+    /* and never for fp32 */
+    p.logits = XENT_F32;
+    cands = enumerate_all(XENT_F32, &p, &n);
+    for (size_t i = 0; i < n; i++) ck_assert_int_eq(cands[i].poly, 0);
     free(cands);
 }
 END_TEST
@@ -206,7 +254,7 @@ START_TEST(persistent_grids) {
 END_TEST
 
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -214,11 +262,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -294,7 +342,7 @@ END_TEST
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
  * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
-    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
     ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
     xent_problem p;
@@ -312,7 +360,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
     /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
-    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0};
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0};
     xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
     p.c = p.row_stride = 24;
@@ -336,7 +384,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
@@ -373,6 +421,7 @@ int main(void) {
     tcase_add_test(tc, parse_rejects_bad_text);
     tcase_add_test(tc, prefetch_is_optional_and_constrained);
     tcase_add_test(tc, async_is_optional_and_constrained);
+    tcase_add_test(tc, poly_is_optional_and_constrained);
     tcase_add_test(tc, persistent_grids);
     tcase_add_test(tc, constraints_hold);
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);

@@ -334,14 +334,15 @@ static int cmp_trial(const void *a, const void *b) {
 /* ASYNC is how a structure's chunks arrive, like the cache hint: a variant.
  * As structures, its configs added up to two per online structure to the
  * unbounded first stage and never won (docs/performance.md, log 14), leaving
- * the budget fewer variants of the structures that did. */
+ * the budget fewer variants of the structures that did. POLY, which pipe
+ * computes the exponentials, is a variant too. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
            a->split == b->split && a->prefetch == b->prefetch;
 }
 
 static int is_stage1(const xent_config *c) {
-    return c->cache == 0 && c->persist == 1 && c->async == 0 && (c->tpr > 32 || c->block == 128);
+    return c->cache == 0 && c->persist == 1 && c->async == 0 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
 }
 
 /* Stage 1: the structural knobs at default block, cache and persistence.
