@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench
+#   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -99,6 +99,19 @@ for s in "$@"; do
         stage "benchmark"
         datadir=$OUT; [ -f "$OUT/h200.sql" ] || datadir=$PWD/tunecache
         XENT_TUNECACHE=/nonexistent XENT_DATADIR="$datadir" run python3 bench/bench.py --out "$OUT/bench" ;;
+    ab)
+        # each build of build/variants (tools/ab-build.sh) on its heuristic plan,
+        # interleaved, AB_REPS times: build/xent-example's back-to-back time (fp32,
+        # 200 calls on the same inputs, so small problems partly hit the L2)
+        stage "A/B of build/variants"
+        for rep in $(seq "${AB_REPS:-2}"); do
+            for sh in ${AB_SHAPES:-64x262144 1048576x10 32768x4096 4096x32000}; do
+                for v in build/variants/*; do
+                    us=$(XENT_TUNECACHE=/nonexistent "$v" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
+                    echo "rep$rep $sh $(basename "$v") ${us:-FAILED}"
+                done
+            done
+        done ;;
     *) echo "unknown stage $s"; status=2 ;;
     esac
 done
