@@ -1256,24 +1256,31 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
-#if defined(XENT_C) && !XENT_SMOOTHING && !XENT_TILE
 /* Rows short enough for a compiled-in class count need fewer registers than
  * the floor, and a lower one fits more warps to keep loads in flight (fp32
  * 1048576x10, TPR=1 VEC=2 ITEMS=8: 48 registers without spills, 40 warps per
- * SM, where the floor of 80 left 24). The chunk's estimate stays ITEMS-sized:
+ * SM, where the floor of 80 left 24). Their chunk is counted in logits:
  * counting only the items a row fills (ITEMS_LIVE) spilled at c = 100. Not
  * TILE, whose unrolled rows hold up to 32 logits (176 bytes spilled at 48). */
+#if defined(XENT_C) && !XENT_SMOOTHING && !XENT_TILE
+#define SHORT_ROWS 1
+#else
+#define SHORT_ROWS 0
+#endif
+#if XENT_LOGIT == 0 || XENT_SMOOTHING || SHORT_ROWS
 #define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
-#define REGS_FLOOR 48
-#elif XENT_LOGIT == 0 || XENT_SMOOTHING
-#define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
-#define REGS_FLOOR 80
 #else
 /* 16-bit chunks stay packed through the max (chunk_max): a bf16 chunk of 64
  * logits fit 72 registers without spilling where it took 96 widened. Not
  * with smoothing, whose side sums widen the chunk again (a bf16 chunk of 64
  * with weights spilled 16 bytes at 128). */
 #define CHUNK_REGS (XENT_ITEMS * VWORDS + 40)
+#endif
+#if SHORT_ROWS
+#define REGS_FLOOR 48
+#elif XENT_LOGIT == 0 || XENT_SMOOTHING
+#define REGS_FLOOR 80
+#else
 #define REGS_FLOOR 72
 #endif
 #define REGS_CHUNK (CHUNK_REGS * (1 + XENT_PREFETCH))

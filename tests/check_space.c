@@ -18,6 +18,14 @@ static xent_config *enumerate_all(xent_dtype d, const xent_problem *p, size_t *n
     return all;
 }
 
+/* The tuner's candidates for an n x c problem of dtype d. */
+static xent_config *candidates_for(xent_dtype d, int64_t n, int64_t c, size_t *count) {
+    xent_problem p;
+    xent_problem_init(&p, n, c);
+    p.logits = d;
+    return enumerate_all(d, &p, count);
+}
+
 /* An optional knob: text without it parses with the knob at 0, with
  * " NAME=v" appended at v; c is left parsed with it. */
 static void parses_optional(const char *base, const char *name, int v, xent_config *c) {
@@ -135,10 +143,8 @@ START_TEST(prefetch_is_optional_and_constrained) {
     wide.prefetch = 0;
     ck_assert(xent_config_legal(&wide, XENT_F32, why, sizeof why));
     /* a segment of one chunk has nothing to fetch ahead: the tuner does not offer it */
-    xent_problem p;
-    xent_problem_init(&p, 32768, 1024); /* 256 float4 a row: 8 a lane of a warp */
     size_t n;
-    xent_config *cands = enumerate_all(XENT_F32, &p, &n);
+    xent_config *cands = candidates_for(XENT_F32, 32768, 1024, &n); /* 256 float4 a row: 8 a lane of a warp */
     for (size_t i = 0; i < n; i++)
         if (cands[i].prefetch && cands[i].tpr == 32) ck_assert_int_lt(cands[i].items, 8);
     free(cands);
@@ -174,10 +180,8 @@ START_TEST(async_is_optional_and_constrained) {
     xent_problem_init(&p, 64, 262144);
     ck_assert_uint_eq(xent_config_smem(&bad, &p), 192u * 1024);
     /* the tuner offers ASYNC only where a segment has more chunks than stages */
-    xent_problem_init(&p, 32768, 4096);
-    p.logits = XENT_BF16;
     size_t n;
-    xent_config *cands = enumerate_all(XENT_BF16, &p, &n);
+    xent_config *cands = candidates_for(XENT_BF16, 32768, 4096, &n);
     int offered = 0;
     for (size_t i = 0; i < n; i++) {
         if (!cands[i].async) continue;
@@ -209,11 +213,8 @@ START_TEST(poly_is_optional_and_constrained) {
     ck_assert(!xent_config_legal(&c, XENT_BF16, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "TILE"));
     /* offered for bf16 32768x4096, never with fewer terms a chunk than POLY */
-    xent_problem p;
-    xent_problem_init(&p, 32768, 4096);
-    p.logits = XENT_BF16;
     size_t n;
-    xent_config *cands = enumerate_all(XENT_BF16, &p, &n);
+    xent_config *cands = candidates_for(XENT_BF16, 32768, 4096, &n);
     int offered = 0;
     for (size_t i = 0; i < n; i++) {
         if (!cands[i].poly) continue;
@@ -223,14 +224,11 @@ START_TEST(poly_is_optional_and_constrained) {
     ck_assert_int_gt(offered, 0);
     free(cands);
     /* not for short rows */
-    xent_problem_init(&p, 1048576, 100);
-    p.logits = XENT_BF16;
-    cands = enumerate_all(XENT_BF16, &p, &n);
+    cands = candidates_for(XENT_BF16, 1048576, 100, &n);
     for (size_t i = 0; i < n; i++) ck_assert_int_eq(cands[i].poly, 0);
     free(cands);
     /* and never for fp32 */
-    p.logits = XENT_F32;
-    cands = enumerate_all(XENT_F32, &p, &n);
+    cands = candidates_for(XENT_F32, 32768, 4096, &n);
     for (size_t i = 0; i < n; i++) ck_assert_int_eq(cands[i].poly, 0);
     free(cands);
 }
