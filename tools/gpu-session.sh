@@ -100,14 +100,16 @@ for s in "$@"; do
         datadir=$OUT; [ -f "$OUT/h200.sql" ] || datadir=$PWD/tunecache
         XENT_TUNECACHE=/nonexistent XENT_DATADIR="$datadir" run python3 bench/bench.py --out "$OUT/bench" ;;
     ab)
-        # each build of build/variants (tools/ab-build.sh) on its heuristic plan,
-        # interleaved, AB_REPS times: build/xent-example's back-to-back time (fp32,
-        # 200 calls on the same inputs, so small problems partly hit the L2)
-        stage "A/B of build/variants"
+        # each build of build/variants (tools/ab-build.sh) on its heuristic plan
+        # (AB_PLANS=shipped: the plans of tunecache/h200.sql), interleaved,
+        # AB_REPS times: build/xent-example's back-to-back time (fp32, 200 calls
+        # on the same inputs, so small problems partly hit the L2)
+        stage "A/B of build/variants (${AB_PLANS:-heuristic} plans)"
+        datadir=/nonexistent; [ "${AB_PLANS:-}" = shipped ] && datadir=$PWD/tunecache
         for rep in $(seq "${AB_REPS:-2}"); do
             for sh in ${AB_SHAPES:-64x262144 1048576x10 32768x4096 4096x32000}; do
                 for v in build/variants/*; do
-                    us=$(XENT_TUNECACHE=/nonexistent "$v" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
+                    us=$(XENT_TUNECACHE=/nonexistent XENT_DATADIR=$datadir "$v" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
                     echo "rep$rep $sh $(basename "$v") ${us:-FAILED}"
                 done
             done
