@@ -6,8 +6,8 @@
  * the launch splits rows (split > 1: segment partials are combined by the
  * last team to finish the row). Teams walk the rows in a grid-stride loop so
  * a persistent grid works; the sum/mean is fused: per-block partials (double)
- * are summed in a fixed order by the grid's last block, which polls for them,
- * so results are bitwise deterministic for a given plan.
+ * are summed in a fixed order by the last block, so results are bitwise
+ * deterministic for a given plan.
  *
  * Tuned knobs (gen/space.c holds the table of legal values and constraints):
  *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
@@ -43,9 +43,9 @@
  * Launch parameters (not compiled in): split (teams per row) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
- *   [0, 4)                  unsigned ticket of the last block (dynamic scheduling without a reduction)
+ *   [0, 4)                  unsigned ticket of the last block
  *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
- *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight), zero until published
+ *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
  *                           (16-aligned), double2 row results[n] (summed in row order, so
  *                           the result does not depend on which team finished a row)
@@ -997,8 +997,9 @@ __device__ __forceinline__ void block_sum2(double &x, double &y) {
 }
 
 /* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
- * loads are issued before their adds, so the pass over ~500 row results
- * waits on two L2 round trips, not five. */
+ * loads are issued before their adds, so the last block's pass over ~500
+ * partials waits on two L2 round trips, not five (no gain was measurable at
+ * 32768x4096: docs/performance.md, log 13). */
 __device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
                                               double &x, double &y) {
     long long i = from;
@@ -1019,89 +1020,31 @@ __device__ __forceinline__ void sum_published(const double2 *pairs, long long fr
     }
 }
 
-/* Block partials travel as two doubles whose bits are never all zero (+0.0
- * goes out as -0.0, which leaves every sum that starts from +0.0 unchanged),
- * so a zero slot means "not yet" and the workspace's zeroed state is the
- * ready one. Each double is single-copy atomic, so a slot read with both
- * halves set holds its final value. */
-__device__ __forceinline__ double nonzero_bits(double v) { return __double_as_longlong(v) == 0 ? -0.0 : v; }
-__device__ __forceinline__ bool unset(double2 v) {
-    return __double_as_longlong(v.x) == 0 || __double_as_longlong(v.y) == 0;
-}
-__device__ __forceinline__ void publish_partial(double2 *slot, double x, double y, bool release) {
-    x = nonzero_bits(x);
-    y = nonzero_bits(y);
-    if (release)
-        asm volatile("st.release.gpu.global.v2.f64 [%0], {%1,%2};" ::"l"(slot), "d"(x), "d"(y) : "memory");
-    else
-        asm volatile("st.relaxed.gpu.global.v2.f64 [%0], {%1,%2};" ::"l"(slot), "d"(x), "d"(y) : "memory");
-}
-__device__ __forceinline__ double2 polled_d2(const double2 *p) {
-    double2 v;
-    asm volatile("ld.relaxed.gpu.global.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
-    return v;
-}
-
-/* The polling block's pass: slots i = threadIdx.x, + XENT_BLOCK, ... in that
- * order, four loads in flight; each slot is waited for, taken, and zeroed for
- * the next launch. The last slot is the poller's own, passed in. */
-__device__ __forceinline__ void take_partials(double2 *slots, long long count, double2 own, double &x,
-                                              double &y) {
-    for (long long i = threadIdx.x; i < count; i += 4 * XENT_BLOCK) {
-        double2 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const long long j = i + u * XENT_BLOCK;
-            v[u] = j < count - 1 ? polled_d2(slots + j) : j == count - 1 ? own : make_double2(0.0, 0.0);
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const long long j = i + u * XENT_BLOCK;
-            if (j < count - 1) {
-                while (unset(v[u])) v[u] = polled_d2(slots + j);
-                slots[j] = make_double2(0.0, 0.0);
-            }
-            x += v[u].x;
-            y += v[u].y;
-        }
-    }
-}
-
-/* Reduction of the per-block partials (and, for split rows, the per-row
- * results) into the scalar loss, in a fixed order. Every block but the last
- * publishes its partial and leaves; the grid's last block polls for them.
- * Against the last-to-arrive ticket this takes a fence, an atomic and a
- * reload off the kernel's tail (docs/performance.md, log 23). The poller
- * only waits and nobody waits on it, so any two co-resident blocks suffice. */
+/* Last-block reduction of the per-block partials (and, for split rows, the
+ * per-row results) into the scalar loss, in a fixed order. */
 __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
                                  unsigned char *ws, const double *row_results, long long n) {
-    __shared__ double2 own;
-    double2 *slots = (double2 *)(ws + 16);
+    __shared__ bool last;
+    unsigned *ticket = (unsigned *)ws;
+    double2 *parts = (double2 *)(ws + 16);
     block_sum2(loss_acc, weight_acc);
-    /* Split rows' results and the dynamic counter's claims must be seen
-     * before the partial; otherwise the partial is all that is read. */
-    const bool ordered = row_results != NULL || XENT_DYNAMIC;
-    if (blockIdx.x != gridDim.x - 1) {
-        if (threadIdx.x == 0) publish_partial(slots + blockIdx.x, loss_acc, weight_acc, ordered);
-        return;
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
+        last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
     }
-    if (threadIdx.x == 0) own = make_double2(loss_acc, weight_acc);
+    /* orders the other threads' reads after thread 0's acquire */
     __syncthreads();
+    if (!last) return;
     double l = 0.0, wsum = 0.0;
-    take_partials(slots, gridDim.x, own, l, wsum);
-    if (ordered) {
-        /* acquires what the releases this thread saw published; the barrier
-         * passes that on to the threads that read those blocks' rows */
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        __syncthreads();
-    }
+    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
     if (row_results) sum_published((const double2 *)row_results, threadIdx.x, n, l, wsum);
     block_sum2(l, wsum);
     if (threadIdx.x == 0) {
         /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
         *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
+        *ticket = 0u;
 #if XENT_DYNAMIC
-        *WORK_COUNTER(ws) = 0ull; /* every block's last claim was acquired above */
+        *WORK_COUNTER(ws) = 0ull;
 #endif
     }
 }
