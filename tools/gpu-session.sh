@@ -18,8 +18,9 @@ export XENT_KERNEL_CACHE=${XENT_KERNEL_CACHE:-/tmp/xent-kernels}
 export XENT_TUNECACHE=${XENT_TUNECACHE:-/tmp/xent-tune.db}
 export PYTHONUNBUFFERED=1
 TUNE=build/xent-tune
-BENCH_SHAPES="32768x4096 4096x32000 8192x128256 16384x50257 64x262144 1048576x10"
-BF16_SHAPES="32768x4096 8192x128256"
+# the shapes the tune stage retunes (by default the benchmark's)
+TUNE_SHAPES=${TUNE_SHAPES-32768x4096 4096x32000 8192x128256 16384x50257 64x262144 1048576x10}
+TUNE_BF16_SHAPES=${TUNE_BF16_SHAPES-32768x4096 8192x128256}
 status=0
 
 stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
@@ -52,8 +53,8 @@ for s in "$@"; do
         stage "tune the benchmark shapes"
         # from the shipped entries, so that export keeps the ones not retuned here
         run $TUNE import tunecache/h200.sql
-        for sh in $BENCH_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top 3; done
-        for sh in $BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 --budget "${TUNE_BUDGET:-10}" -q --top 3; done ;;
+        for sh in $TUNE_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top "${TUNE_TOP:-3}"; done
+        for sh in $TUNE_BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 --budget "${TUNE_BUDGET:-10}" -q --top "${TUNE_TOP:-3}"; done ;;
     exhaustive)
         stage "staged search vs exhaustive (a separate cache)"
         for sh in ${EXHAUSTIVE_SHAPES:-32768x4096 64x262144 1048576x10}; do
