@@ -490,6 +490,11 @@ static void print_table(const cli *o, const xent_problem *p, const xent_device_i
     describe_problem(p, what, sizeof what);
     printf("%s %s: %d candidates, %d timed, %d failed, %.1f s\n", info->key, what, r->candidates, r->timed,
            r->failed, r->wall_s);
+    /* a short budget on a cold kernel cache can end the search before any
+     * variant (cache hint, block, persistence, POLY...) was tried */
+    if (r->unreached)
+        printf("budget: %d variants of the fastest structures left untimed (--budget %.0f s; a larger one times "
+               "them)\n", r->unreached, o->budget);
     printf("floor (streaming read of the same %.1f MB): %.2f us = %.2f TB/s\n", r->bytes / 1e6, r->floor_us,
            r->bytes / (r->floor_us * 1e6));
     printf("%4s %9s %7s %7s %8s  %s\n", "rank", "us", "GB/s", "%floor", "vs heur", "config");
@@ -520,10 +525,10 @@ static void print_json(const xent_problem *p, const xent_device_info *info, cons
     if (first) printf("[\n");
     printf("  {\"gpu\": \"%s\", \"device\": \"%s\", \"n\": %lld, \"c\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
            "\"reduction\": \"%s\", \"bytes\": %.0f, \"floor_us\": %.3f, \"wall_s\": %.2f, \"candidates\": %d, "
-           "\"timed\": %d, \"failed\": %d,\n",
+           "\"timed\": %d, \"failed\": %d, \"unreached\": %d,\n",
            info->key, info->name, (long long)p->n, (long long)p->c, dtype_name(p->logits),
            p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), r->bytes, r->floor_us, r->wall_s,
-           r->candidates, r->timed, r->failed);
+           r->candidates, r->timed, r->failed, r->unreached);
     config_text(&r->heuristic.config, cfg, sizeof cfg);
     printf("   \"heuristic\": {\"config\": \"%s\", \"us\": %.3f},\n", cfg, r->heuristic.us);
     config_text(&r->best.config, cfg, sizeof cfg);

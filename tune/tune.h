@@ -53,6 +53,7 @@ typedef struct xent_tune_result {
     int candidates;        /* configs considered */
     int timed;             /* configs timed to the end */
     int failed;            /* compile errors or wrong results */
+    int unreached;         /* variants the budget stopped before they were timed */
     double wall_s;
     xent_trial *trials;    /* every candidate, fastest first (malloc'd) */
     int ntrials;

@@ -266,7 +266,7 @@ typedef struct search {
     xent_trial *trials;
     int ntrials, cap;
     double best_us, t0;
-    int total;
+    int total, unreached;
 } search;
 
 static const char *status_name(trial_status s) {
@@ -304,7 +304,10 @@ static int run_batch(search *s, const xent_config *cfgs, int n, const char *stag
     }
     xent_compile_many(cfgs, n, s->p, 1, s->ctx->arch, s->o->threads, status, NULL, errs);
     for (int i = 0; i < n; i++) {
-        if (bounded && now_s() - s->t0 > s->o->budget_s && s->best_us > 0) break;
+        if (bounded && now_s() - s->t0 > s->o->budget_s && s->best_us > 0) {
+            s->unreached += n - i;
+            break;
+        }
         if (s->ntrials == s->cap) break;
         xent_trial *tr = &s->trials[s->ntrials++];
         memset(tr, 0, sizeof *tr);
@@ -401,6 +404,7 @@ static int search_all(search *s, xent_tune_result *r) {
 }
 
 static void summarize(search *s, xent_tune_result *r) {
+    r->unreached = s->unreached;
     qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
     r->trials = s->trials;
     r->ntrials = s->ntrials;

@@ -14,7 +14,7 @@
 
 static char db_path[256];
 
-static void tune_into(const char *path, xent_problem *p, xent_tune_result *r) {
+static void tune_into(const char *path, xent_problem *p, double budget_s, xent_tune_result *r) {
     xent_context *ctx;
     int rc = xent_context_create(&ctx, 0);
     ck_assert_msg(rc == XENT_OK, "%s: %s", xent_errstr(rc), xent_errmsg(ctx));
@@ -23,7 +23,7 @@ static void tune_into(const char *path, xent_problem *p, xent_tune_result *r) {
     ck_assert_int_eq(tc_open(path, 0, &db, err, sizeof err), XENT_OK);
     xent_tune_opts o;
     xent_tune_opts_init(&o);
-    o.budget_s = 4;
+    o.budget_s = budget_s;
     o.db = db;
     o.settings = "check_tune";
     rc = xent_tune(ctx, p, &o, r);
@@ -80,12 +80,14 @@ static void tune_case(int64_t n, int64_t c) {
     xent_problem p;
     xent_problem_init(&p, n, c);
     xent_tune_result r;
-    tune_into(db_path, &p, &r);
+    tune_into(db_path, &p, 4, &r);
     ck_assert_int_eq(r.best.status, TRIAL_OK);
     ck_assert(r.best.us > 0 && r.floor_us > 0 && r.heuristic.us > 0);
     ck_assert(r.best.us <= r.heuristic.us); /* the winner is never slower than the default */
     ck_assert_int_gt(r.timed, 0);
     ck_assert_int_eq(r.failed, 0);
+    ck_assert_msg(r.unreached == 0 || r.wall_s > 4, "%d variants reported unreached in a %.1f s tune", r.unreached,
+                  r.wall_s);
     printf("check_tune: %lldx%lld: %d candidates, %d timed, %.2f us (heuristic %.2f, floor %.2f), %.1f s\n",
            (long long)n, (long long)c, r.candidates, r.timed, r.best.us, r.heuristic.us, r.floor_us, r.wall_s);
 
@@ -107,6 +109,21 @@ static void tune_case(int64_t n, int64_t c) {
     xent_tune_result_free(&r);
     serve_and_check(&p, &r.best.config);
 }
+
+/* A budget the structure stage alone outlasts: the variants it left are
+ * counted, so the CLI can say that a larger budget would time them. */
+START_TEST(budget_reports_what_it_left) {
+    xent_problem p;
+    xent_problem_init(&p, 256, 4096);
+    xent_tune_result r;
+    tune_into(db_path, &p, 1e-3, &r);
+    ck_assert_int_gt(r.timed, 0);
+    ck_assert_int_gt(r.unreached, 0);
+    ck_assert_int_le(r.ntrials + r.unreached, r.candidates);
+    printf("check_tune: 256x4096 at a 1 ms budget: %d timed, %d variants left untimed\n", r.timed, r.unreached);
+    xent_tune_result_free(&r);
+}
+END_TEST
 
 START_TEST(tune_small_shapes) {
     tune_case(1000, 10);
@@ -131,6 +148,7 @@ int main(void) {
     TCase *tc = tcase_create("end to end");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, tune_small_shapes);
+    tcase_add_test(tc, budget_reports_what_it_left);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one process: a GPU context per test is costly */
