@@ -739,10 +739,11 @@ __device__ __forceinline__ row_result finish_row(const acc &a, long long t, long
                                                  const float *__restrict__ w, int *err,
                                                  float *lse_out, long long row) {
     const float log_s = log_sum(a.s);
-    float lse = a.m + log_s;
+    const float lse = a.m + log_s;
 #if XENT_LSE
     lse_out[row] = lse;
 #else
+    (void)lse; /* smoothing may still use it */
     (void)lse_out;
     (void)row;
 #endif
