@@ -826,6 +826,43 @@ START_TEST(test_compile_only_4x7_bf16)
 }
 END_TEST
 
+/* --config: exactly the configs given, in order, each checked against the
+ * problem before anything is compiled or timed. */
+START_TEST(test_config_option)
+{
+    const char *a = "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3";
+    const char *b = "VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 PREFETCH=0 ASYNC=0 POLY=8";
+    result r = RUN("--dry-run", "--shape", "32768x4096", "--config", a);
+    expect_code(&r, 0);
+    int n, at = 0;
+    char **lines = split_lines(r.out, &n);
+    section s;
+    parse_section(lines, n, &at, &s, &r);
+    ck_assert_int_eq(s.count, 1);
+    ck_assert_str_eq(s.configs[0], "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 "
+                                   "PREFETCH=0 ASYNC=0 POLY=0");
+    free_lines(lines);
+    result_free(&r);
+
+    /* Two, for bf16, compiled in the order given. */
+    r = RUN_T(COMPILE_S, "--compile-only", "--shape", "32768x4096", "--dtype", "bf16", "--config", b, "--config", a);
+    expect_code(&r, 0);
+    lines = split_lines(r.out, &n);
+    ck_assert_msg(n == 4, "%s: %d lines:\n%s", r.cmd, n, r.out);
+    ck_assert_str_eq(lines[0], "# 32768x4096 bf16 i64 mean: 2 candidates compiled for sm_90");
+    ck_assert_msg(strstr(lines[2], "POLY=8") && strstr(lines[3], "ITEMS=16"), "%s: order lost:\n%s", r.cmd, r.out);
+    free_lines(lines);
+    result_free(&r);
+
+    USAGE("--config 'VEC=3': VEC: illegal value '3'", NULL, "--dry-run", "-s", "8x8", "--config", "VEC=3");
+    USAGE("cannot run 32768x4096 f32 i64 mean", "POLY takes 16-bit logits", "--dry-run", "-s", "32768x4096",
+          "--config", "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 POLY=8");
+    USAGE("cannot run 8x8 f32 i64 mean", "PERSIST=2 with a sum or mean needs SPLIT > 1", "--dry-run", "-s", "8x8",
+          "--config", "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=2");
+    USAGE("--config and --exhaustive exclude each other", NULL, "-s", "8x8", "--config", a, "--exhaustive");
+}
+END_TEST
+
 /* ---- tuning without a GPU ------------------------------------------------------------ */
 
 static int driver_loadable(void)
@@ -1278,6 +1315,7 @@ static Suite *cli_suite(void)
         {"dry-run", 60, test_dry_run_shapes_file},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_4x7_bf16},
+        {"compile-only", COMPILE_S + 60, test_config_option},
         {"tune", 2 * COMPILE_S + 30, test_tune_without_gpu},
         {"cache", 60, test_show_missing_db},
         {"cache", 60, test_import_handwritten},

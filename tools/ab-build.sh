@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build xent-example from git revisions (or the working tree, ".") into
-# build/variants/NAME, for an A/B of template changes on the GPU machine:
-# the `ab` stage of tools/gpu-session.sh times each build's heuristic plan,
+# Build xent-example and xent-tune from git revisions (or the working tree,
+# ".") into build/variants/NAME/, for an A/B of template changes on the GPU
+# machine: the `ab` stage of tools/gpu-session.sh times each build's plans,
 # interleaved, in one call (how log 21 of docs/performance.md caught a
 # change that cost 0.6-3.9 us).
 #   tools/ab-build.sh base=HEAD~1 new=.
@@ -19,8 +19,10 @@ for spec in "$@"; do
     else
         git -C "$root" archive "$rev" | tar -x -C "$tmp"
     fi
-    make -s -C "$tmp" build/xent-example >/dev/null
-    cp "$tmp/build/xent-example" "$out/$name"
+    make -s -C "$tmp" build/xent-example build/xent-tune >/dev/null
+    rm -rf "${out:?}/$name"
+    mkdir -p "$out/$name"
+    cp "$tmp/build/xent-example" "$tmp/build/xent-tune" "$out/$name/"
     rm -rf "$tmp"
-    echo "$out/$name: $rev"
+    echo "$out/$name/: $rev"
 done

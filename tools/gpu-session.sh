@@ -103,17 +103,27 @@ for s in "$@"; do
         datadir=$OUT; [ -f "$OUT/h200.sql" ] || datadir=$PWD/tunecache
         XENT_TUNECACHE=/nonexistent XENT_DATADIR="$datadir" run python3 bench/bench.py --out "$OUT/bench" ;;
     ab)
-        # each build of build/variants (tools/ab-build.sh) on its heuristic plan
-        # (AB_PLANS=shipped: the plans of tunecache/h200.sql), interleaved,
-        # AB_REPS times: build/xent-example's back-to-back time (fp32, 200 calls
-        # on the same inputs, so small problems partly hit the L2)
-        stage "A/B of build/variants (${AB_PLANS:-heuristic} plans)"
+        # each build of build/variants (tools/ab-build.sh), interleaved, AB_REPS
+        # times. fp32 AB_SHAPES: xent-example's back-to-back time (200 calls on
+        # the same inputs, so small problems partly hit the L2) on its heuristic
+        # plan, or with AB_PLANS=shipped the plan of tunecache/h200.sql. Any dtype:
+        # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG..." lines, each timed by the
+        # variant's xent-tune --config (the tuner's protocol and reference check)
+        stage "A/B of build/variants (${AB_PLANS:-heuristic} plans${AB_CONFIGS:+, configs of $AB_CONFIGS})"
         datadir=/nonexistent; [ "${AB_PLANS:-}" = shipped ] && datadir=$PWD/tunecache
         for rep in $(seq "${AB_REPS:-2}"); do
-            for sh in ${AB_SHAPES:-64x262144 1048576x10 32768x4096 4096x32000}; do
-                for v in build/variants/*; do
-                    us=$(XENT_TUNECACHE=/nonexistent XENT_DATADIR=$datadir "$v" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
+            for sh in ${AB_SHAPES-64x262144 1048576x10 32768x4096 4096x32000}; do
+                for v in build/variants/*/; do
+                    us=$(XENT_TUNECACHE=/nonexistent XENT_DATADIR=$datadir "$v/xent-example" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
                     echo "rep$rep $sh $(basename "$v") ${us:-FAILED}"
+                done
+            done
+            [ -n "${AB_CONFIGS:-}" ] || continue
+            grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt cfg; do
+                for v in build/variants/*/; do
+                    us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --config "$cfg" --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
+                        awk '$1 == "fastest" {print $2}')
+                    echo "rep$rep $sh $dt $(basename "$v") ${us:-FAILED} $cfg"
                 done
             done
         done ;;

@@ -24,6 +24,7 @@
 
 enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_SHAPES 4096
+#define MAX_GIVEN 64
 
 typedef struct gpu_spec {
     const char *key;
@@ -45,6 +46,8 @@ typedef struct cli {
     int64_t shapes[MAX_SHAPES][2];
     int nshapes;
     xent_problem base;
+    xent_config given[MAX_GIVEN]; /* --config: these instead of the search space */
+    int ngiven;
     double budget;
     int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
 } cli;
@@ -72,6 +75,9 @@ static void usage(FILE *f) {
             "  -g, --gpu KEY|auto         refuse unless the GPU present is KEY (default auto)\n"
             "  -b, --budget SECONDS       wall-clock budget per problem (default 30)\n"
             "  -x, --exhaustive           time every candidate (ignores the budget)\n"
+            "      --config TEXT          only this config (repeatable), e.g. \"VEC=4 TPR=32 BLOCK=256\n"
+            "                             ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3\": timed\n"
+            "                             and listed, never stored as the winner\n"
             "  -j, --jobs N               compile threads (default: CPUs)\n"
             "      --device N             CUDA device ordinal (default 0)\n"
             "      --db PATH              tune cache (default $XENT_TUNECACHE, else ~/.cache/xent/tune.db)\n"
@@ -176,6 +182,19 @@ static int parse_arch(const char *arg, int *arch) {
     return 0;
 }
 
+/* The text is checked here; whether it suits each problem (dtype, shape) is
+ * checked once the problems are known (given_for). */
+static int add_given(cli *o, const char *text) {
+    char why[256];
+    if (o->ngiven == MAX_GIVEN) return bad_usage("at most 64 --config options%s", "");
+    if (xent_config_parse(text, &o->given[o->ngiven], why, sizeof why)) {
+        fprintf(stderr, "%s: --config '%s': %s\nTry '%s --help'.\n", prog, text, why, prog);
+        return EXIT_USAGE;
+    }
+    o->ngiven++;
+    return 0;
+}
+
 static int parse_option(cli *o, int opt, const char *arg) {
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     static const char *const targets[] = {"i32", "i64", NULL};
@@ -196,6 +215,7 @@ static int parse_option(cli *o, int opt, const char *arg) {
     case 'g': o->gpu = arg; return 0;
     case 'b': return parse_number(arg, 0.1, 86400, &o->budget, "budget");
     case 'x': o->exhaustive = 1; return 0;
+    case 'K': return add_given(o, arg);
     case 'j': rc = parse_int(arg, 1, 64, &v, "jobs"); o->jobs = (int)v; return rc;
     case 'D': rc = parse_int(arg, 0, 1024, &v, "device"); o->device = (int)v; return rc;
     case 'B': o->db_path = arg; return 0;
@@ -218,6 +238,7 @@ static int parse_args(cli *o, int argc, char **argv) {
         {"label-smoothing", required_argument, 0, 'l'}, {"weights", no_argument, 0, 'w'},
         {"lse", no_argument, 0, 'L'},           {"gpu", required_argument, 0, 'g'},
         {"budget", required_argument, 0, 'b'},  {"exhaustive", no_argument, 0, 'x'},
+        {"config", required_argument, 0, 'K'},
         {"jobs", required_argument, 0, 'j'},    {"device", required_argument, 0, 'D'},
         {"db", required_argument, 0, 'B'},      {"dry-run", no_argument, 0, 'n'},
         {"compile-only", no_argument, 0, 'c'},  {"arch", required_argument, 0, 'a'},
@@ -268,6 +289,7 @@ static int parse_args(cli *o, int argc, char **argv) {
     }
     if (!o->nshapes) return bad_usage("no problem given: use --shape NxC or --shapes-file FILE%s", "");
     if (o->dry_run && o->compile_only) return bad_usage("--dry-run and --compile-only exclude each other%s", "");
+    if (o->ngiven && o->exhaustive) return bad_usage("--config and --exhaustive exclude each other%s", "");
     return 0;
 }
 
@@ -379,7 +401,30 @@ static int offline_sm_count(const cli *o) {
     return g ? g->sms[0] : 132;
 }
 
+/* The --config list for problem p; NULL, with the reason on stderr, when
+ * one of them cannot run it. */
+static xent_config *given_for(const cli *o, const xent_problem *p) {
+    char why[256], cfg[200], what[160];
+    for (int k = 0; k < o->ngiven; k++)
+        if (!xent_config_legal(&o->given[k], p->logits, why, sizeof why) ||
+            !xent_config_fits(&o->given[k], p, why, sizeof why)) {
+            xent_config_format(&o->given[k], cfg, sizeof cfg);
+            describe_problem(p, what, sizeof what);
+            fprintf(stderr, "%s: --config '%s' cannot run %s: %s\nTry '%s --help'.\n", prog, cfg, what, why, prog);
+            return NULL;
+        }
+    xent_config *out = calloc((size_t)o->ngiven, sizeof *out);
+    if (out) memcpy(out, o->given, (size_t)o->ngiven * sizeof *out);
+    return out;
+}
+
+/* The configs to list, compile or time for p: the --config ones, else the
+ * space's. Returns the count, or -1 (out of memory) or -EXIT_USAGE. */
 static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
+    if (o->ngiven) {
+        *out = given_for(o, p);
+        return *out ? o->ngiven : -EXIT_USAGE;
+    }
     int sms = offline_sm_count(o);
     size_t n = xent_space_enumerate(p->logits, p, sms, NULL, 0);
     *out = calloc(n + 1, sizeof **out);
@@ -396,7 +441,7 @@ static int cmd_dry_run(const cli *o) {
         problem_for(o, i, &p);
         describe_problem(&p, what, sizeof what);
         int n = candidates(o, &p, &cfgs);
-        if (n < 0) return 1;
+        if (n < 0) return n == -EXIT_USAGE ? EXIT_USAGE : 1;
         printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, o->arch, offline_sm_count(o));
         for (int k = 0; k < n; k++) {
             xent_config_format(&cfgs[k], cfg, sizeof cfg);
@@ -420,7 +465,7 @@ static int cmd_compile_only(const cli *o) {
         problem_for(o, i, &p);
         describe_problem(&p, what, sizeof what);
         int n = candidates(o, &p, &cfgs);
-        if (n < 0) return 1;
+        if (n < 0) return n == -EXIT_USAGE ? EXIT_USAGE : 1;
         int *status = calloc((size_t)n + 1, sizeof *status);
         xent_cubin *bins = calloc((size_t)n + 1, sizeof *bins);
         char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
@@ -509,8 +554,10 @@ static void print_table(const cli *o, const xent_problem *p, const xent_device_i
     config_text(&r->heuristic.config, cfg, sizeof cfg);
     printf("heuristic %9.2f us  %s\n", r->heuristic.us, cfg);
     config_text(&r->best.config, cfg, sizeof cfg);
-    printf("winner    %9.2f us  %.2fx the heuristic, %.1f%% of the floor  %s\n", r->best.us,
-           r->heuristic.us / r->best.us, 100.0 * r->floor_us / r->best.us, cfg);
+    if (r->best.status == TRIAL_OK)
+        printf("%s %9.2f us  %.2fx the heuristic, %.1f%% of the floor  %s%s\n", o->ngiven ? "fastest  " : "winner   ",
+               r->best.us, r->heuristic.us / r->best.us, 100.0 * r->floor_us / r->best.us, cfg,
+               o->ngiven ? "  (of the --config list; not stored)" : "");
     for (int i = 0, n = 0; i < r->ntrials && n < 5; i++)
         if (r->trials[i].status == TRIAL_WRONG || r->trials[i].status == TRIAL_COMPILE_ERROR) {
             config_text(&r->trials[i].config, cfg, sizeof cfg);
@@ -520,15 +567,15 @@ static void print_table(const cli *o, const xent_problem *p, const xent_device_i
 }
 
 static void print_json(const xent_problem *p, const xent_device_info *info, const xent_tune_result *r, int first,
-                       int last, int top) {
+                       int last, int top, int given) {
     char cfg[200];
     if (first) printf("[\n");
     printf("  {\"gpu\": \"%s\", \"device\": \"%s\", \"n\": %lld, \"c\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
            "\"reduction\": \"%s\", \"bytes\": %.0f, \"floor_us\": %.3f, \"wall_s\": %.2f, \"candidates\": %d, "
-           "\"timed\": %d, \"failed\": %d, \"unreached\": %d,\n",
+           "\"timed\": %d, \"failed\": %d, \"unreached\": %d, \"given\": %s,\n",
            info->key, info->name, (long long)p->n, (long long)p->c, dtype_name(p->logits),
            p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), r->bytes, r->floor_us, r->wall_s,
-           r->candidates, r->timed, r->failed, r->unreached);
+           r->candidates, r->timed, r->failed, r->unreached, given ? "true" : "false");
     config_text(&r->heuristic.config, cfg, sizeof cfg);
     printf("   \"heuristic\": {\"config\": \"%s\", \"us\": %.3f},\n", cfg, r->heuristic.us);
     config_text(&r->best.config, cfg, sizeof cfg);
@@ -571,14 +618,19 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     opts.db = db;
     snprintf(settings, sizeof settings, "budget=%g exhaustive=%d reps=%d", o->budget, o->exhaustive, opts.reps);
     opts.settings = settings;
+    xent_config *given = NULL;
+    if (o->ngiven && !(given = given_for(o, &p))) return EXIT_USAGE;
+    opts.only = given;
+    opts.nonly = o->ngiven;
     if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
     int rc = xent_tune(ctx, &p, &opts, &r);
+    free(given);
     if (b.tty && !b.quiet) fprintf(stderr, "\n");
     if (rc) {
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return rc == XENT_ECACHE ? EXIT_CACHE : 1;
     }
-    if (o->json) print_json(&p, info, &r, i == 0, i == o->nshapes - 1, o->top);
+    if (o->json) print_json(&p, info, &r, i == 0, i == o->nshapes - 1, o->top, o->ngiven > 0);
     else print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
     xent_tune_result_free(&r);

@@ -41,6 +41,8 @@ typedef struct xent_tune_opts {
     int reps;              /* timed repeats per candidate (default 15) */
     xent_tune_progress progress;
     void *progress_arg;
+    const xent_config *only; /* when non-NULL, time these nonly configs, not the space's; */
+    int nonly;               /* the winner is then reported but never stored */
     tc_db *db;             /* winner and trials are stored here when non-NULL */
     const char *settings;  /* stored with the winner */
 } xent_tune_opts;

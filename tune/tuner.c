@@ -369,7 +369,9 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
 }
 
 static void store_winner(search *s, const xent_tune_result *r) {
-    if (!s->o->db || r->best.status != TRIAL_OK) return;
+    /* configs the caller named are a measurement, not a search: a winner
+     * among them may be far from the best, so it never replaces one */
+    if (!s->o->db || r->best.status != TRIAL_OK || s->o->only) return;
     tc_key key;
     tc_entry e;
     memset(&e, 0, sizeof e);
@@ -387,7 +389,7 @@ static int search_all(search *s, xent_tune_result *r) {
     xent_problem *p = (xent_problem *)s->p;
     size_t nall = xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, NULL, 0);
     xent_config *all = calloc(nall + 1, sizeof *all), *pick = calloc(nall + 1, sizeof *pick);
-    s->cap = (int)nall + 1;
+    s->cap = (int)nall + 1 + (s->o->only ? s->o->nonly : 0);
     s->trials = calloc((size_t)s->cap, sizeof *s->trials);
     if (!all || !pick || !s->trials) {
         free(all);
@@ -395,9 +397,11 @@ static int search_all(search *s, xent_tune_result *r) {
         return XENT_ENOMEM;
     }
     xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, all, nall);
-    r->candidates = (int)nall;
-    s->total = (int)nall;
-    int rc = s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive", 0) : staged(s, all, (int)nall, pick);
+    r->candidates = s->o->only ? s->o->nonly : (int)nall;
+    s->total = r->candidates;
+    int rc = s->o->only        ? run_batch(s, s->o->only, s->o->nonly, "given", 0)
+             : s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive", 0)
+                                : staged(s, all, (int)nall, pick);
     free(all);
     free(pick);
     return rc;
@@ -415,7 +419,7 @@ static void summarize(search *s, xent_tune_result *r) {
             r->failed++;
     }
     if (s->ntrials && s->trials[0].status == TRIAL_OK) r->best = s->trials[0];
-    if (r->heuristic.status == TRIAL_OK && (r->best.status != TRIAL_OK || r->heuristic.us < r->best.us))
+    if (!s->o->only && r->heuristic.status == TRIAL_OK && (r->best.status != TRIAL_OK || r->heuristic.us < r->best.us))
         r->best = r->heuristic; /* the default stays when nothing beats it */
 }
 
@@ -427,6 +431,11 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
     if (xent_problem_check(p_in, why, sizeof why)) return xent_fail(ctx, XENT_EINVAL, "problem: %s", why);
     xent_problem p;
     xent_problem_normalize(p_in, &p);
+    for (int k = 0; o->only && k < o->nonly; k++)
+        if (!xent_config_legal(&o->only[k], p.logits, why, sizeof why) ||
+            !xent_config_fits(&o->only[k], &p, why, sizeof why))
+            return xent_fail(ctx, XENT_EINVAL, "xent_tune: config %d of %d: %s", k + 1, o->nonly, why);
+    if (o->only && o->nonly < 1) return xent_fail(ctx, XENT_EINVAL, "xent_tune: an empty config list");
     search s = {.ctx = ctx, .p = &p, .o = o, .t0 = now_s()};
     tune_bufs bufs;
     int pushed, rc = xent_ctx_enter(ctx, &pushed);

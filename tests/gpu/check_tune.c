@@ -14,7 +14,8 @@
 
 static char db_path[256];
 
-static void tune_into(const char *path, xent_problem *p, double budget_s, xent_tune_result *r) {
+static void tune_into(const char *path, xent_problem *p, double budget_s, const xent_config *only, int nonly,
+                      xent_tune_result *r) {
     xent_context *ctx;
     int rc = xent_context_create(&ctx, 0);
     ck_assert_msg(rc == XENT_OK, "%s: %s", xent_errstr(rc), xent_errmsg(ctx));
@@ -24,6 +25,8 @@ static void tune_into(const char *path, xent_problem *p, double budget_s, xent_t
     xent_tune_opts o;
     xent_tune_opts_init(&o);
     o.budget_s = budget_s;
+    o.only = only;
+    o.nonly = nonly;
     o.db = db;
     o.settings = "check_tune";
     rc = xent_tune(ctx, p, &o, r);
@@ -80,7 +83,7 @@ static void tune_case(int64_t n, int64_t c) {
     xent_problem p;
     xent_problem_init(&p, n, c);
     xent_tune_result r;
-    tune_into(db_path, &p, 4, &r);
+    tune_into(db_path, &p, 4, NULL, 0, &r);
     ck_assert_int_eq(r.best.status, TRIAL_OK);
     ck_assert(r.best.us > 0 && r.floor_us > 0 && r.heuristic.us > 0);
     ck_assert(r.best.us <= r.heuristic.us); /* the winner is never slower than the default */
@@ -116,12 +119,51 @@ START_TEST(budget_reports_what_it_left) {
     xent_problem p;
     xent_problem_init(&p, 256, 4096);
     xent_tune_result r;
-    tune_into(db_path, &p, 1e-3, &r);
+    tune_into(db_path, &p, 1e-3, NULL, 0, &r);
     ck_assert_int_gt(r.timed, 0);
     ck_assert_int_gt(r.unreached, 0);
     ck_assert_int_le(r.ntrials + r.unreached, r.candidates);
     printf("check_tune: 256x4096 at a 1 ms budget: %d timed, %d variants left untimed\n", r.timed, r.unreached);
     xent_tune_result_free(&r);
+}
+END_TEST
+
+/* Configs given (xent-tune --config): exactly those are timed, and their
+ * fastest never becomes the stored winner. */
+START_TEST(given_configs_are_timed_not_stored) {
+    xent_problem p;
+    xent_problem_init(&p, 512, 1000);
+    xent_config given[2];
+    char why[256];
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+                                       &given[0], why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=64 BLOCK=64 ITEMS=4 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0",
+                                       &given[1], why, sizeof why), XENT_OK);
+    char path[300];
+    snprintf(path, sizeof path, "%s.given", db_path);
+    unlink(path);
+    xent_tune_result r;
+    tune_into(path, &p, 4, given, 2, &r);
+    ck_assert_int_eq(r.candidates, 2);
+    ck_assert_int_eq(r.ntrials, 2);
+    ck_assert_int_ge(r.timed, 1); /* one may be dropped as hopeless against the heuristic */
+    ck_assert_int_eq(r.failed, 0);
+    ck_assert_int_eq(r.best.status, TRIAL_OK);
+    ck_assert(!memcmp(&r.best.config, &given[0], sizeof given[0]) ||
+              !memcmp(&r.best.config, &given[1], sizeof given[1]));
+    xent_tune_result_free(&r);
+    tc_db *db;
+    char err[512];
+    ck_assert_int_eq(tc_open(path, 1, &db, err, sizeof err), XENT_OK);
+    tc_key key;
+    tc_entry e;
+    xent_context *ctx;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_tc_key(ctx, &p, &key);
+    xent_context_destroy(ctx);
+    ck_assert_int_eq(tc_get(db, &key, &e), XENT_ENOTFOUND);
+    tc_close(db);
+    unlink(path);
 }
 END_TEST
 
@@ -149,6 +191,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, tune_small_shapes);
     tcase_add_test(tc, budget_reports_what_it_left);
+    tcase_add_test(tc, given_configs_are_timed_not_stored);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one process: a GPU context per test is costly */
