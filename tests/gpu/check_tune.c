@@ -79,6 +79,21 @@ static void serve_and_check(const xent_problem *p, const xent_config *want) {
     xent_context_destroy(ctx);
 }
 
+/* The winner stored in the cache at path for p, as tc_get returns it. */
+static int stored_entry(const char *path, const xent_problem *p, tc_entry *e) {
+    tc_db *db;
+    char err[512];
+    ck_assert_int_eq(tc_open(path, 1, &db, err, sizeof err), XENT_OK);
+    tc_key key;
+    xent_context *ctx;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_tc_key(ctx, p, &key);
+    xent_context_destroy(ctx);
+    int rc = tc_get(db, &key, e);
+    tc_close(db);
+    return rc;
+}
+
 static void tune_case(int64_t n, int64_t c) {
     xent_problem p;
     xent_problem_init(&p, n, c);
@@ -94,21 +109,12 @@ static void tune_case(int64_t n, int64_t c) {
     printf("check_tune: %lldx%lld: %d candidates, %d timed, %.2f us (heuristic %.2f, floor %.2f), %.1f s\n",
            (long long)n, (long long)c, r.candidates, r.timed, r.best.us, r.heuristic.us, r.floor_us, r.wall_s);
 
-    tc_db *db;
-    char err[512];
-    ck_assert_int_eq(tc_open(db_path, 1, &db, err, sizeof err), XENT_OK);
-    tc_key key;
     tc_entry e;
-    xent_context *ctx;
-    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
-    xent_tc_key(ctx, &p, &key);
-    xent_context_destroy(ctx);
-    ck_assert_int_eq(tc_get(db, &key, &e), XENT_OK);
+    ck_assert_int_eq(stored_entry(db_path, &p, &e), XENT_OK);
     char cfg[200];
     xent_config_format(&r.best.config, cfg, sizeof cfg);
     ck_assert_str_eq(e.config, cfg);
     ck_assert(fabs(e.us - r.best.us) < 1e-9 * r.best.us);
-    tc_close(db);
     xent_tune_result_free(&r);
     serve_and_check(&p, &r.best.config);
 }
@@ -152,17 +158,8 @@ START_TEST(given_configs_are_timed_not_stored) {
     ck_assert(!memcmp(&r.best.config, &given[0], sizeof given[0]) ||
               !memcmp(&r.best.config, &given[1], sizeof given[1]));
     xent_tune_result_free(&r);
-    tc_db *db;
-    char err[512];
-    ck_assert_int_eq(tc_open(path, 1, &db, err, sizeof err), XENT_OK);
-    tc_key key;
     tc_entry e;
-    xent_context *ctx;
-    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
-    xent_tc_key(ctx, &p, &key);
-    xent_context_destroy(ctx);
-    ck_assert_int_eq(tc_get(db, &key, &e), XENT_ENOTFOUND);
-    tc_close(db);
+    ck_assert_int_eq(stored_entry(path, &p, &e), XENT_ENOTFOUND);
     unlink(path);
 }
 END_TEST
