@@ -269,6 +269,7 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
 }
 
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
+    if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     /* the stride test first: it keeps xent_config_smem from overflowing */
     if (cfg->tile && (stride > MAX_TILE_BYTES || xent_config_smem(cfg, p) > MAX_TILE_BYTES))

@@ -67,8 +67,9 @@ int xent_config_format(const xent_config *cfg, char *buf, size_t len);
 /* Parse that text; every knob must appear once with a value from its list. */
 int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len);
 
-/* Nonzero when cfg can run problem p (shared memory of a tile, split
- * workspace); a legal config tuned for another shape may not. */
+/* Nonzero when cfg can run problem p: legal for its dtype
+ * (xent_config_legal), and within the shared memory of a tile and the split
+ * workspace; a legal config tuned for another shape may not. */
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
  * group a round) when `resident` blocks fit the GPU at once: every group

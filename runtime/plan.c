@@ -64,8 +64,7 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
     int from = TC_FROM_NONE;
     xent_tc_key(ctx, p, &key);
     if (tc_lookup(ctx->user_db, ctx->shipped_db, &key, &e, &from) == XENT_OK &&
-        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_legal(cfg, p->logits, NULL, 0) &&
-        xent_config_fits(cfg, p, NULL, 0))
+        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_fits(cfg, p, NULL, 0))
         return (xent_source)from;
     xent_config_heuristic(p, ctx->info.sm_count, cfg);
     return XENT_SOURCE_HEURISTIC;
@@ -132,7 +131,7 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
                     xent_source source, xent_plan **out) {
     char why[256];
     *out = NULL;
-    if (!xent_config_legal(cfg, p->logits, why, sizeof why) || !xent_config_fits(cfg, p, why, sizeof why))
+    if (!xent_config_fits(cfg, p, why, sizeof why))
         return xent_fail(ctx, XENT_EINVAL, "configuration unusable here: %s", why);
     xent_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return XENT_ENOMEM;

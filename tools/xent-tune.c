@@ -401,29 +401,28 @@ static int offline_sm_count(const cli *o) {
     return g ? g->sms[0] : 132;
 }
 
-/* The --config list for problem p; NULL, with the reason on stderr, when
- * one of them cannot run it. */
-static xent_config *given_for(const cli *o, const xent_problem *p) {
+/* 0 when every --config can run p, else EXIT_USAGE with the reason on stderr. */
+static int check_given(const cli *o, const xent_problem *p) {
     char why[256], cfg[200], what[160];
     for (int k = 0; k < o->ngiven; k++)
-        if (!xent_config_legal(&o->given[k], p->logits, why, sizeof why) ||
-            !xent_config_fits(&o->given[k], p, why, sizeof why)) {
+        if (!xent_config_fits(&o->given[k], p, why, sizeof why)) {
             xent_config_format(&o->given[k], cfg, sizeof cfg);
             describe_problem(p, what, sizeof what);
             fprintf(stderr, "%s: --config '%s' cannot run %s: %s\nTry '%s --help'.\n", prog, cfg, what, why, prog);
-            return NULL;
+            return EXIT_USAGE;
         }
-    xent_config *out = calloc((size_t)o->ngiven, sizeof *out);
-    if (out) memcpy(out, o->given, (size_t)o->ngiven * sizeof *out);
-    return out;
+    return 0;
 }
 
-/* The configs to list, compile or time for p: the --config ones, else the
- * space's. Returns the count, or -1 (out of memory) or -EXIT_USAGE. */
+/* The configs to list or compile for p (malloc'd): the --config ones, else
+ * the space's. Returns the count, or -1 (out of memory) or -EXIT_USAGE. */
 static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
     if (o->ngiven) {
-        *out = given_for(o, p);
-        return *out ? o->ngiven : -EXIT_USAGE;
+        if (check_given(o, p)) return -EXIT_USAGE;
+        *out = calloc((size_t)o->ngiven, sizeof **out);
+        if (!*out) return -1;
+        memcpy(*out, o->given, (size_t)o->ngiven * sizeof **out);
+        return o->ngiven;
     }
     int sms = offline_sm_count(o);
     size_t n = xent_space_enumerate(p->logits, p, sms, NULL, 0);
@@ -618,13 +617,11 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     opts.db = db;
     snprintf(settings, sizeof settings, "budget=%g exhaustive=%d reps=%d", o->budget, o->exhaustive, opts.reps);
     opts.settings = settings;
-    xent_config *given = NULL;
-    if (o->ngiven && !(given = given_for(o, &p))) return EXIT_USAGE;
-    opts.only = given;
+    if (check_given(o, &p)) return EXIT_USAGE;
+    opts.only = o->ngiven ? o->given : NULL;
     opts.nonly = o->ngiven;
     if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
     int rc = xent_tune(ctx, &p, &opts, &r);
-    free(given);
     if (b.tty && !b.quiet) fprintf(stderr, "\n");
     if (rc) {
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));

@@ -385,11 +385,21 @@ static void store_winner(search *s, const xent_tune_result *r) {
     tc_put(s->o->db, &key, &e);
 }
 
+/* The caller's configs, as they are (xent_tune checked that they fit). */
+static int search_given(search *s, xent_tune_result *r) {
+    s->cap = s->o->nonly;
+    s->trials = calloc((size_t)s->cap, sizeof *s->trials);
+    if (!s->trials) return XENT_ENOMEM;
+    r->candidates = s->total = s->o->nonly;
+    return run_batch(s, s->o->only, s->o->nonly, "given", 0);
+}
+
 static int search_all(search *s, xent_tune_result *r) {
+    if (s->o->only) return search_given(s, r);
     xent_problem *p = (xent_problem *)s->p;
     size_t nall = xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, NULL, 0);
     xent_config *all = calloc(nall + 1, sizeof *all), *pick = calloc(nall + 1, sizeof *pick);
-    s->cap = (int)nall + 1 + (s->o->only ? s->o->nonly : 0);
+    s->cap = (int)nall + 1;
     s->trials = calloc((size_t)s->cap, sizeof *s->trials);
     if (!all || !pick || !s->trials) {
         free(all);
@@ -397,11 +407,9 @@ static int search_all(search *s, xent_tune_result *r) {
         return XENT_ENOMEM;
     }
     xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, all, nall);
-    r->candidates = s->o->only ? s->o->nonly : (int)nall;
-    s->total = r->candidates;
-    int rc = s->o->only        ? run_batch(s, s->o->only, s->o->nonly, "given", 0)
-             : s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive", 0)
-                                : staged(s, all, (int)nall, pick);
+    r->candidates = (int)nall;
+    s->total = (int)nall;
+    int rc = s->o->exhaustive ? run_batch(s, all, (int)nall, "exhaustive", 0) : staged(s, all, (int)nall, pick);
     free(all);
     free(pick);
     return rc;
@@ -432,8 +440,7 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
     xent_problem p;
     xent_problem_normalize(p_in, &p);
     for (int k = 0; o->only && k < o->nonly; k++)
-        if (!xent_config_legal(&o->only[k], p.logits, why, sizeof why) ||
-            !xent_config_fits(&o->only[k], &p, why, sizeof why))
+        if (!xent_config_fits(&o->only[k], &p, why, sizeof why))
             return xent_fail(ctx, XENT_EINVAL, "xent_tune: config %d of %d: %s", k + 1, o->nonly, why);
     if (o->only && o->nonly < 1) return xent_fail(ctx, XENT_EINVAL, "xent_tune: an empty config list");
     search s = {.ctx = ctx, .p = &p, .o = o, .t0 = now_s()};

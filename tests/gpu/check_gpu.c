@@ -272,7 +272,7 @@ static int make_config(const char *text, const xent_problem *p, xent_config *cfg
         xent_knob_set(cfg, kn, (int)strtol(eq + 1, &end, 10));
         t = end;
     }
-    return xent_config_legal(cfg, p->logits, why, len) && xent_config_fits(cfg, p, why, len);
+    return xent_config_fits(cfg, p, why, len);
 }
 
 /* --- parallel logits generation ---------------------------------------- */
