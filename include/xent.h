@@ -1,7 +1,9 @@
 /*
- * xent.h — the whole public C API of xent: a generated, autotuned CUDA
- * softmax cross-entropy forward with the semantics of PyTorch's
- * torch.nn.functional.cross_entropy(logits, targets) for class-index targets.
+ * xent.h — the whole public C API of xent: generated, autotuned CUDA
+ * kernels for the softmax cross-entropy loss with the semantics of PyTorch's
+ * torch.nn.functional.cross_entropy(logits, targets) for class-index
+ * targets: the forward, its gradient, both from one read of the logits, and
+ * vocabulary shards for tensor parallelism.
  *
  * Conventions (as in SQLite): opaque handles, every function returns an int
  * status (XENT_OK on success), xent_errstr(rc) gives the static text of a
@@ -54,6 +56,24 @@ typedef enum xent_reduction {
 } xent_reduction;
 
 /**
+ * What a launch computes. The gradient is always with respect to the
+ * logits, in the logits' dtype, with the logits' row_stride.
+ */
+typedef enum xent_op {
+    XENT_OP_FORWARD = 0,  /**< the loss (and each row's lse when write_lse). With vocab > c: the
+                               shard's per-row partials into xent_args.stats instead */
+    XENT_OP_FUSED = 1,    /**< the loss and the gradient from one read of the logits; the gradient
+                               is scaled by *dloss (NULL: 1), as a backward given dloss would */
+    XENT_OP_BACKWARD = 2, /**< the gradient from the logits, each row's lse (as the forward wrote it;
+                               for shards the combined, global lse) and dloss */
+    XENT_OP_COMBINE = 3,  /**< k = shards vocabulary shards' partials (xent_args.stats) into the
+                               loss and each row's global lse; n is the rows, c the whole vocabulary */
+    XENT_OP_RESCALE = 4   /**< multiply a gradient written by XENT_OP_FUSED with dloss NULL by
+                               dloss, in place; rows whose factor is exactly 1 are not touched, so
+                               a launch with dloss == 1 moves no gradient bytes */
+} xent_op;
+
+/**
  * A problem: everything that selects a kernel. Fill it with
  * xent_problem_init(), which sets PyTorch's defaults, then change fields.
  */
@@ -68,6 +88,16 @@ typedef struct xent_problem {
     float label_smoothing;  /**< in [0, 1] (default 0) */
     int has_weights;        /**< nonzero: per-class fp32 weights are passed (default 0) */
     int write_lse;          /**< nonzero: also write each row's log-sum-exp (default 0) */
+    xent_op op;             /**< what to compute (default XENT_OP_FORWARD) */
+    float z_loss;           /**< >= 0: adds z_loss * lse^2 to each non-ignored row's loss (PaLM's
+                                 z-loss; default 0); not with has_weights */
+    float softcap;          /**< > 0: the logits become softcap * tanh(x / softcap) before the
+                                 softmax (Gemma's soft-capping), in loss and gradient; 0 off (default) */
+    int64_t vocab;          /**< a vocabulary shard: the c columns are classes [class_offset,
+                                 class_offset + c) of vocab classes; targets index the whole
+                                 vocabulary. 0 (default): no shard, vocab = c. Not with has_weights */
+    int64_t class_offset;   /**< the shard's first class (default 0) */
+    int shards;             /**< XENT_OP_COMBINE: the number of shards k (default 0) */
 } xent_problem;
 
 /** Device pointers and outputs of one forward call. */
@@ -76,8 +106,17 @@ typedef struct xent_args {
     const void *targets;    /**< device, n int32 or int64 class indices */
     const float *weights;   /**< device, c fp32 class weights; NULL unless has_weights */
     float *loss;            /**< device, 1 fp32 (sum, mean) or n fp32 (none) */
-    float *lse;             /**< device, n fp32 log-sum-exp per row; NULL unless write_lse */
+    float *lse;             /**< device, n fp32 log-sum-exp per row: written when write_lse (forward,
+                                 fused, combine), read by XENT_OP_BACKWARD; NULL otherwise */
     void *workspace;        /**< 16-byte aligned device scratch of xent_workspace_size bytes, or NULL for the plan's own */
+    void *grad;             /**< XENT_OP_FUSED, _BACKWARD, _RESCALE: device, the gradient, n rows of
+                                 row_stride elements in the logits' dtype, at the same 16-byte phase as
+                                 the logits; may equal logits (in place); NULL otherwise */
+    const float *dloss;     /**< device, the upstream gradient of the loss: 1 float (sum, mean) or n
+                                 (none). Required by _BACKWARD and _RESCALE; optional for _FUSED */
+    float *stats;           /**< a shard's forward (vocab > c): out, 2n floats, the rows' lse over
+                                 the shard then their linear part; XENT_OP_COMBINE: in, shards such
+                                 blocks of 2n floats, one after another */
 } xent_args;
 
 /** Where a plan's kernel configuration came from. */
@@ -140,6 +179,13 @@ int xent_device_get_info(xent_context *ctx, xent_device_info *info);
  * lookup. The plan lives until the context is destroyed. Thread-safe.
  */
 int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan);
+
+/**
+ * The context's plan for *p if it was already built, without building one:
+ * XENT_ENOTFOUND otherwise. Never compiles, allocates or synchronizes, so it
+ * is safe while a stream is being captured into a CUDA graph.
+ */
+int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan);
 
 /** Where the plan's configuration came from. */
 xent_source xent_plan_source(const xent_plan *plan);

@@ -57,6 +57,30 @@ static int why_not(char *why, size_t len, const char *text) {
     return XENT_EINVAL;
 }
 
+/* The fields of the gradient, the training options and vocabulary shards. */
+static int check_training(const xent_problem *p, char *why, size_t len) {
+    if ((unsigned)p->op > XENT_OP_RESCALE)
+        return why_not(why, len, "op must be forward, fused, backward, combine or rescale");
+    if (!(p->z_loss >= 0.0f && p->z_loss < INFINITY)) return why_not(why, len, "z_loss must be finite and >= 0");
+    if (!(p->softcap >= 0.0f && p->softcap < INFINITY)) return why_not(why, len, "softcap must be finite and >= 0 (0 is off)");
+    if (p->z_loss > 0.0f && p->has_weights)
+        return why_not(why, len, "z_loss with class weights is not defined (PyTorch has no z-loss to follow)");
+    int shard = p->vocab != 0;
+    if (shard && (p->vocab < p->c || p->vocab > 0x7fffffffLL))
+        return why_not(why, len, "vocab must be 0 (no shard) or in [c, 2^31)");
+    if (p->class_offset < 0 || (shard ? p->class_offset > p->vocab - p->c : p->class_offset != 0))
+        return why_not(why, len, "class_offset must place the c columns inside the vocabulary (0 without a shard)");
+    if (shard && p->has_weights) return why_not(why, len, "vocabulary shards take no class weights");
+    if (shard && (p->op == XENT_OP_FUSED || p->op == XENT_OP_COMBINE || p->op == XENT_OP_RESCALE))
+        return why_not(why, len, "a shard runs XENT_OP_FORWARD (its partials) and XENT_OP_BACKWARD only");
+    if (p->op == XENT_OP_COMBINE) {
+        if (p->shards < 1) return why_not(why, len, "XENT_OP_COMBINE needs shards >= 1");
+        if (p->has_weights) return why_not(why, len, "XENT_OP_COMBINE takes no class weights");
+    } else if (p->shards != 0)
+        return why_not(why, len, "shards is only for XENT_OP_COMBINE");
+    return XENT_OK;
+}
+
 int xent_problem_check(const xent_problem *p, char *why, size_t len) {
     if (!p) return why_not(why, len, "problem is NULL");
     if (p->n < 1) return why_not(why, len, "n must be >= 1");
@@ -70,7 +94,7 @@ int xent_problem_check(const xent_problem *p, char *why, size_t len) {
         return why_not(why, len, "label_smoothing must be in [0, 1]");
     if (p->n > INT64_MAX / 128 / (p->row_stride ? p->row_stride : p->c))
         return why_not(why, len, "n * row_stride is too large");
-    return XENT_OK;
+    return check_training(p, why, len);
 }
 
 void xent_problem_normalize(const xent_problem *p, xent_problem *out) {
@@ -85,4 +109,10 @@ void xent_problem_normalize(const xent_problem *p, xent_problem *out) {
     out->label_smoothing = p->label_smoothing;
     out->has_weights = p->has_weights ? 1 : 0;
     out->write_lse = p->write_lse ? 1 : 0;
+    out->op = p->op;
+    out->z_loss = p->z_loss;
+    out->softcap = p->softcap;
+    out->vocab = p->vocab == p->c && p->class_offset == 0 ? 0 : p->vocab;
+    out->class_offset = p->class_offset;
+    out->shards = p->shards;
 }

@@ -235,6 +235,20 @@ int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan) {
     return rc;
 }
 
+int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan) {
+    char why[256];
+    if (!ctx || !plan) return xent_fail(ctx, XENT_EINVAL, "xent_plan_lookup: NULL argument");
+    *plan = NULL;
+    if (xent_problem_check(p, why, sizeof why)) return xent_fail(ctx, XENT_EINVAL, "problem: %s", why);
+    xent_problem key;
+    xent_problem_normalize(p, &key);
+    uint64_t h = problem_hash(&key);
+    pthread_rwlock_rdlock(&ctx->lock);
+    *plan = memo_find(ctx, &key, h);
+    pthread_rwlock_unlock(&ctx->lock);
+    return *plan ? XENT_OK : XENT_ENOTFOUND;
+}
+
 xent_source xent_plan_source(const xent_plan *plan) {
     return plan ? plan->source : XENT_SOURCE_HEURISTIC;
 }
