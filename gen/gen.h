@@ -12,6 +12,11 @@
 /* The template sources, embedded at build time (build/templates.c). */
 extern const char xent_template_xent_fwd[];
 extern const char xent_template_read_floor[];
+extern const char xent_template_xent_grad[];
+
+/* The template source of a family, and its file name (for #line). */
+const char *xent_family_template(xent_family f);
+const char *xent_family_file(xent_family f);
 
 /* A compiled kernel: the CUBIN and what ptxas reported about it. */
 typedef struct xent_cubin {

@@ -37,7 +37,8 @@ static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
     char *key = NULL;
-    uint64_t th = fnv1a(xent_template_xent_fwd, strlen(xent_template_xent_fwd));
+    const char *tpl = xent_family_template(xent_problem_family(p));
+    uint64_t th = fnv1a(tpl, strlen(tpl));
     if (asprintf(&key, "%stemplate=%016llx arch=sm_%d nvrtc=%d\n", defines, (unsigned long long)th, arch,
                  xent_nvrtc_version()) < 0)
         key = NULL;

@@ -11,21 +11,40 @@
  * cache keys on these defines). */
 #define FIXED_C_MAX 256
 
+const char *xent_family_template(xent_family f) {
+    return f == XENT_FAMILY_GRAD ? xent_template_xent_grad : xent_template_xent_fwd;
+}
+
+const char *xent_family_file(xent_family f) { return f == XENT_FAMILY_GRAD ? "xent_grad.cu" : "xent_fwd.cu"; }
+
+/* xent_grad: its knobs (SPLIT, the cluster, is compiled in), what to compute
+ * and the options; c is a launch argument. */
+static void grad_defines(FILE *f, const xent_config *cfg, const xent_problem *p) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (xent_knobs[i].grad)
+            fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
+    static const int mode[] = {0, 1, 2, 0, 1}; /* combine and rescale have entry points of their own */
+    fprintf(f, "#define XENT_MODE %d\n#define XENT_ZLOSS %d\n#define XENT_SOFTCAP %d\n#define XENT_SHARD %d\n",
+            mode[p->op], p->z_loss > 0.0f, p->softcap > 0.0f, p->vocab != 0);
+}
+
 char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    for (int i = 0; i < xent_nknobs; i++)
+    const int grad = xent_problem_family(p) == XENT_FAMILY_GRAD;
+    if (grad) grad_defines(f, cfg, p);
+    for (int i = 0; i < xent_nknobs && !grad; i++)
         if (xent_knobs[i].stage == KNOB_RENDER)
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
     /* PERSIST=2 is launched like 1 but compiled with its own row loop */
-    fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);
+    if (!grad) fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);
     fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n",
             (int)p->logits, (int)p->targets, (int)p->reduction);
     fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n",
             p->has_weights ? 1 : 0, p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
-    if (p->c <= FIXED_C_MAX) fprintf(f, "#define XENT_C %d\n", (int)p->c);
+    if (p->c <= FIXED_C_MAX && !grad) fprintf(f, "#define XENT_C %d\n", (int)p->c);
     if (fclose(f)) {
         free(buf);
         return NULL;
@@ -36,9 +55,11 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
 char *xent_render(const xent_config *cfg, const xent_problem *p) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
-    size_t n = strlen(defines) + strlen(xent_template_xent_fwd) + 64;
+    xent_family fam = xent_problem_family(p);
+    const char *tpl = xent_family_template(fam);
+    size_t n = strlen(defines) + strlen(tpl) + 64;
     char *src = malloc(n);
-    if (src) snprintf(src, n, "%s#line 1 \"xent_fwd.cu\"\n%s", defines, xent_template_xent_fwd);
+    if (src) snprintf(src, n, "%s#line 1 \"%s\"\n%s", defines, xent_family_file(fam), tpl);
     free(defines);
     return src;
 }

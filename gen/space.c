@@ -9,32 +9,33 @@
 
 const xent_knob xent_knobs[] = {
     {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
-     4, {1, 2, 4, 8}, KNOB(vec), 0},
+     4, {1, 2, 4, 8}, KNOB(vec), 0, 1},
     {"TPR", "threads per row team (<= 32 share a warp, > 32 is the whole block)", KNOB_RENDER,
-     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr), 0},
+     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr), 0, 1},
     /* 1024 is left out: at 64 registers a thread every variant spilled. */
     {"BLOCK", "threads per block (a multiple of TPR; equal to TPR when TPR > 32)", KNOB_RENDER,
-     4, {64, 128, 256, 512}, KNOB(block), 0},
+     4, {64, 128, 256, 512}, KNOB(block), 0, 1},
     {"ITEMS", "vector loads per thread per chunk (registers hold ITEMS*VEC logits)",
-     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items), 0},
+     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items), 0, 1},
     {"PASSES", "1: online max and sum in one read; 2: max, then sum (registers or re-read)",
-     KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0},
+     KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0, 0},
     {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
-     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0},
+     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0, 1},
     {"TILE", "1: each warp stages 32 rows in shared memory, a thread reduces each (tiny c)",
-     KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0},
-    {"SPLIT", "teams per row: segments combined by the row's last team", KNOB_LAUNCH,
-     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0},
+     KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0, 0},
+    {"SPLIT", "teams per row: segments combined by the row's last team (xent_grad: the blocks of a "
+     "cluster sharing a row through distributed shared memory)", KNOB_LAUNCH,
+     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0, 1},
     {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
      "rows taken from a counter as teams finish (no uneven last round); 3: as 1, with as few blocks "
      "as give every block the same number of rounds", KNOB_LAUNCH,
-     4, {0, 1, 2, 3}, KNOB(persist), 0},
+     4, {0, 1, 2, 3}, KNOB(persist), 0, 0},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
-     "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1},
+     "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, 0},
     {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
-     "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1},
+     "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1, 0},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
-     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1},
+     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, 0},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -60,6 +61,18 @@ void xent_knob_set(xent_config *cfg, const xent_knob *k, int v) {
 
 int xent_dtype_size(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
 
+xent_family xent_problem_family(const xent_problem *p) {
+    return p->op != XENT_OP_FORWARD || p->z_loss > 0.0f || p->softcap > 0.0f || p->vocab != 0
+               ? XENT_FAMILY_GRAD : XENT_FAMILY_FWD;
+}
+
+const char *xent_problem_family_name(const xent_problem *p) {
+    static const char *grad[] = {"xent_grad/fwd", "xent_grad/fused", "xent_grad/bwd", "xent_grad/comb",
+                                 "xent_grad/resc"};
+    if (xent_problem_family(p) == XENT_FAMILY_FWD) return XENT_FAMILY;
+    return (unsigned)p->op <= XENT_OP_RESCALE ? grad[p->op] : "xent_grad";
+}
+
 static int in_list(const xent_knob *k, int v) {
     for (int i = 0; i < k->nvalues; i++)
         if (k->values[i] == v) return 1;
@@ -81,6 +94,40 @@ static size_t async_bytes(const xent_config *cfg, xent_dtype d) {
     if (!cfg->async) return 0;
     return (size_t)(cfg->async + 1) * (size_t)cfg->items * (size_t)cfg->block * (size_t)cfg->vec *
            (size_t)xent_dtype_size(d);
+}
+
+/* The largest cluster the hardware guarantees without opting in. */
+#define MAX_GRAD_SPLIT 8
+/* Elements of a chunk a thread of the grad family may hold in registers. */
+#define GRAD_CHUNK_LIMIT 32
+
+static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (!xent_knobs[i].grad && xent_knob_get(cfg, &xent_knobs[i]) != xent_knobs[i].values[0]) {
+            if (why && len) snprintf(why, len, "the xent_grad family takes %s=%d", xent_knobs[i].name,
+                                     xent_knobs[i].values[0]);
+            return 0;
+        }
+    int vbytes = cfg->vec * xent_dtype_size(d);
+    if (vbytes != 4 && vbytes != 8 && vbytes != 16)
+        return refuse(why, len, "VEC * element size must be 4, 8 or 16 bytes");
+    if (cfg->block % cfg->tpr || (cfg->tpr > 32 && cfg->block != cfg->tpr))
+        return refuse(why, len, "BLOCK must be a multiple of TPR, and equal to it when TPR > 32");
+    if (cfg->split > MAX_GRAD_SPLIT) return refuse(why, len, "SPLIT: a cluster has at most 8 blocks");
+    if (cfg->split > 1 && cfg->tpr != cfg->block)
+        return refuse(why, len, "SPLIT > 1 takes TPR == BLOCK (a cluster of whole-block teams)");
+    if (cfg->items * cfg->vec > GRAD_CHUNK_LIMIT)
+        return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers");
+    return 1;
+}
+
+int xent_config_legal_for(const xent_config *cfg, xent_family f, xent_dtype d, char *why, size_t len) {
+    for (int i = 0; i < xent_nknobs; i++)
+        if (!in_list(&xent_knobs[i], xent_knob_get(cfg, &xent_knobs[i]))) {
+            if (why && len) snprintf(why, len, "%s is not one of its legal values", xent_knobs[i].name);
+            return 0;
+        }
+    return f == XENT_FAMILY_GRAD ? grad_legal(cfg, d, why, len) : xent_config_legal(cfg, d, why, len);
 }
 
 int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
@@ -168,11 +215,28 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     return 1;
 }
 
+/* xent_grad: the widest vectors (rows of any alignment take scalar edges);
+ * a row held in registers by the fewest threads that hold it (hold), or,
+ * past what a cluster holds, chunks read twice; clusters only for long rows. */
+static int grad_relevant(const xent_config *c, const xent_problem *p) {
+    if (!xent_config_fits(c, p, NULL, 0) || c->vec != widest_vec(p->logits)) return 0;
+    long per_thread = (long)c->items * c->vec;
+    long cap = (long)c->tpr * per_thread * c->split;
+    long most = 512L * GRAD_CHUNK_LIMIT * MAX_GRAD_SPLIT;
+    if (per_thread < 8) return 0;
+    if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
+    if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
+        return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
+    if (p->c <= most) return cap >= p->c && cap < 4 * p->c && (c->split == 1 || c->tpr >= 256);
+    return c->tpr == 512 && c->split == MAX_GRAD_SPLIT;
+}
+
 static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xent_problem *rel,
                              int sm_count, xent_config *out, size_t cap, size_t count) {
+    const xent_family fam = rel ? xent_problem_family(rel) : XENT_FAMILY_FWD;
     if (knob == xent_nknobs) {
-        if (!xent_config_legal(cur, d, NULL, 0)) return count;
-        if (rel && !relevant(cur, rel, sm_count)) return count;
+        if (!xent_config_legal_for(cur, fam, d, NULL, 0)) return count;
+        if (rel && !(fam == XENT_FAMILY_GRAD ? grad_relevant(cur, rel) : relevant(cur, rel, sm_count))) return count;
         if (out && count < cap) out[count] = *cur;
         return count + 1;
     }
@@ -180,6 +244,7 @@ static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xen
     for (int i = 0; i < k->nvalues; i++) {
         xent_knob_set(cur, k, k->values[i]);
         if (!rel && k->stage == KNOB_LAUNCH && i > 0) break; /* the full space renders each once */
+        if (fam == XENT_FAMILY_GRAD && !k->grad && i > 0) break;
         count = enumerate_from(knob + 1, cur, d, rel, sm_count, out, cap, count);
     }
     return count;
@@ -269,6 +334,7 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
 }
 
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) return xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len);
     if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     /* the stride test first: it keeps xent_config_smem from overflowing */
@@ -283,9 +349,36 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     return 1;
 }
 
+/* xent_grad: 16 elements a thread, the fewest threads that hold the row,
+ * then clusters of up to 8 blocks, then 32 elements a thread; past that the
+ * row is read twice by the widest cluster. */
+static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
+    cfg->vec = widest_vec(p->logits);
+    cfg->items = 16 / cfg->vec;
+    long threads = (p->c + 15) / 16;
+    if (threads <= 32) {
+        cfg->tpr = (int)pow2_ceil(threads);
+        cfg->block = 128;
+        return;
+    }
+    cfg->tpr = cfg->block = (int)(threads <= 64 ? 64 : threads >= 512 ? 512 : pow2_ceil(threads));
+    long clusters = (threads + 511) / 512;
+    if (clusters > MAX_GRAD_SPLIT) {
+        cfg->items *= 2;
+        clusters = (clusters + 1) / 2;
+    }
+    cfg->split = (int)(clusters > MAX_GRAD_SPLIT ? MAX_GRAD_SPLIT : pow2_ceil(clusters));
+}
+
 /* Rows that fit a warp's registers are held there (two passes, no re-read);
  * longer rows stream through a whole block; few rows are split. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
+        grad_heuristic(p, cfg);
+        return;
+    }
     int vmax = widest_vec(p->logits);
     cfg->vec = p->c >= 256 ? vmax : stride_vec(p);
     cfg->cache = 0;

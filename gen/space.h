@@ -14,6 +14,16 @@
 #define XENT_TEMPLATE_VERSION 1
 #define XENT_FAMILY "xent_fwd"
 
+/* Kernel families: xent_fwd.cu (the plain forward) and xent_grad.cu (the
+ * gradient, fused forward and backward, z-loss, soft-capping, shards). One
+ * config struct and one knob table serve both; a knob a family does not use
+ * sits at its first value. */
+typedef enum xent_family { XENT_FAMILY_FWD = 0, XENT_FAMILY_GRAD = 1 } xent_family;
+/* The family that computes p. */
+xent_family xent_problem_family(const xent_problem *p);
+/* The tune-cache family name of p: "xent_fwd", "xent_grad/fwd", "xent_grad/fused", ... */
+const char *xent_problem_family_name(const xent_problem *p);
+
 typedef struct xent_config {
     int vec;     /* elements per vector load */
     int tpr;     /* threads per row team */
@@ -40,6 +50,7 @@ typedef struct xent_knob {
     size_t offset;       /* of the int field in xent_config */
     int optional;        /* may be left out of config text, meaning its first value: knobs added
                             after tune caches shipped, so their entries still parse */
+    int grad;            /* used by the xent_grad family (rendered there, SPLIT included) */
 } xent_knob;
 
 /* The table: every knob, its legal values, and its field. */
@@ -56,8 +67,13 @@ int xent_dtype_size(xent_dtype d);
  * template and the hardware). When why is non-NULL a reason is written. */
 int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len);
 
-/* Enumerate the legal configs for dtype d: the full space (relevant == NULL)
- * or the candidates worth timing for one problem. Returns the count; writes
+/* The same for a family: xent_grad takes VEC, TPR, BLOCK, ITEMS, CACHE and
+ * SPLIT (a cluster of blocks a row, at most 8), every other knob at its first value. */
+int xent_config_legal_for(const xent_config *cfg, xent_family f, xent_dtype d, char *why, size_t len);
+
+/* Enumerate the legal configs for dtype d: the full space of xent_fwd
+ * (relevant == NULL) or the candidates worth timing for one problem (of
+ * its family). Returns the count; writes
  * at most cap configs to out (out may be NULL to count). */
 size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant, int sm_count,
                             xent_config *out, size_t cap);

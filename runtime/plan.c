@@ -24,12 +24,14 @@ void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
     snprintf(key->gpu, sizeof key->gpu, "%s", ctx->info.key);
     key->arch = ctx->arch;
     key->sm_count = ctx->info.sm_count;
-    snprintf(key->family, sizeof key->family, "%s", XENT_FAMILY);
+    snprintf(key->family, sizeof key->family, "%s", xent_problem_family_name(p));
     key->logits = p->logits;
     key->targets = p->targets;
     key->reduction = p->reduction;
     key->options = (p->has_weights ? TC_OPT_WEIGHTS : 0) | (p->label_smoothing > 0 ? TC_OPT_SMOOTHING : 0) |
-                   (p->write_lse ? TC_OPT_LSE : 0) | (p->row_stride != p->c ? TC_OPT_STRIDED : 0);
+                   (p->write_lse ? TC_OPT_LSE : 0) | (p->row_stride != p->c ? TC_OPT_STRIDED : 0) |
+                   (p->z_loss > 0 ? TC_OPT_ZLOSS : 0) | (p->softcap > 0 ? TC_OPT_SOFTCAP : 0) |
+                   (p->vocab ? TC_OPT_SHARD : 0);
     key->n = p->n;
     key->c = p->c;
     key->template_version = XENT_TEMPLATE_VERSION;
@@ -58,6 +60,10 @@ static void open_dbs(xent_context *ctx) {
 
 /* The lookup order of the design: user DB, shipped DB, nearest, heuristic. */
 static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_config *cfg) {
+    if (p->op == XENT_OP_COMBINE || p->op == XENT_OP_RESCALE) { /* fixed kernels, nothing to tune */
+        xent_config_heuristic(p, ctx->info.sm_count, cfg);
+        return XENT_SOURCE_HEURISTIC;
+    }
     if (!ctx->dbs_opened) open_dbs(ctx);
     tc_key key;
     tc_entry e;
@@ -72,8 +78,40 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* xent_grad.cu's workspace header: tickets, the weight sums, the denominator's partials. */
+#define GRAD_PARTS_AT (32 + 16 * 256)
+#define GRAD_DENOM_BLOCKS 256
+/* Blocks of the fixed kernels (combine, rescale) a multiprocessor gets. */
+#define AUX_BLOCKS_PER_SM 8
+/* Rounds of rows a block of the grad family may take: fewer block partials
+ * for the mean's last block, still enough blocks to even out the tail. */
+#define GRAD_ROUNDS 4
+
+static long long min_ll(long long a, long long b) { return a < b ? a : b; }
+
+static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg,
+                             unsigned *grid, size_t *workspace) {
+    long long sms = ctx->info.sm_count;
+    if (p->op == XENT_OP_COMBINE)
+        *grid = (unsigned)min_ll((p->n + 255) / 256, sms * AUX_BLOCKS_PER_SM);
+    else if (p->op == XENT_OP_RESCALE)
+        *grid = (unsigned)min_ll(p->n, sms * AUX_BLOCKS_PER_SM);
+    else {
+        int per_sm = 0;
+        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, 0);
+        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
+        long long teams = cfg->block / cfg->tpr;
+        long long groups = (p->n + teams - 1) / teams;
+        long long resident = (long long)(per_sm > 0 ? per_sm : 1) * sms / cfg->split;
+        *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * GRAD_ROUNDS) * cfg->split);
+    }
+    *workspace = GRAD_PARTS_AT + 16 * (size_t)*grid;
+    return XENT_OK;
+}
+
 int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
                       const xent_config *cfg, unsigned *grid, size_t *workspace) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) return grad_launch_shape(ctx, fn, p, cfg, grid, workspace);
     long long teams = cfg->block / cfg->tpr;
     long long groups = (p->n * cfg->split + teams - 1) / teams;
     if (cfg->persist) {
@@ -104,8 +142,20 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     CUresult r = ctx->drv->ModuleLoadData(&plan->module, bin.data);
     xent_cubin_free(&bin);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData", r);
-    r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, "xent_fwd");
+    const xent_problem *p = &plan->problem;
+    static const char *grad_entry[] = {"xent_grad", "xent_grad", "xent_grad", "xent_grad_combine",
+                                       "xent_grad_rescale"};
+    const char *entry = plan->family == XENT_FAMILY_GRAD ? grad_entry[p->op] : "xent_fwd";
+    r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, entry);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction", r);
+    /* a gradient scaled for a mean, or weighted smoothing, needs the weight sums first */
+    if (plan->family == XENT_FAMILY_GRAD && (p->op == XENT_OP_FUSED || p->op == XENT_OP_BACKWARD) &&
+        (p->reduction == XENT_REDUCE_MEAN || p->has_weights)) {
+        r = ctx->drv->ModuleGetFunction(&plan->fn_denom, plan->module, "xent_grad_denom");
+        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_grad_denom)", r);
+        long long g = (p->n + 255) / 256;
+        plan->denom_grid = (unsigned)min_ll(g > 0 ? g : 1, GRAD_DENOM_BLOCKS);
+    }
     /* Past 48 KB with the static shared memory, a block's dynamic shared
      * memory must be opted in to: 48 KB of ASYNC stages failed to launch. */
     if (plan->smem > 0) {
@@ -139,7 +189,10 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
     xent_problem_normalize(p, &plan->problem);
     plan->config = *cfg;
     plan->source = source;
+    plan->family = xent_problem_family(p);
     plan->block = (unsigned)cfg->block;
+    if (plan->family == XENT_FAMILY_GRAD && (p->op == XENT_OP_COMBINE || p->op == XENT_OP_RESCALE))
+        plan->block = 256; /* their entry points' fixed block */
     plan->smem = (unsigned)xent_config_smem(cfg, p);
     int pushed, rc = xent_ctx_enter(ctx, &pushed);
     if (rc) {

@@ -18,9 +18,12 @@ struct xent_plan {
     xent_problem problem;    /* normalized: row_stride set, padding zeroed */
     xent_config config;
     xent_source source;
+    xent_family family;
     CUmodule module;
     CUfunction fn;
+    CUfunction fn_denom;     /* xent_grad: the weight sums a gradient needs first, or NULL */
     unsigned grid, block, smem; /* smem: dynamic shared memory bytes */
+    unsigned denom_grid;
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
+#   grad gradtune
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -97,6 +98,19 @@ for s in "$@"; do
     export)
         stage "export"
         run $TUNE export --gpu h200 --output "$OUT/h200.sql" ;;
+    grad)
+        # the training ops against the float64 reference, then the time of the
+        # fused and backward plans beside a device copy (GRAD_CONFIGS: more
+        # configs to time, ';'-separated)
+        stage "training ops"
+        XENT_GRAD_CONFIGS="${GRAD_CONFIGS:-}" run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_grad ;;
+    gradtune)
+        stage "tune the training ops"
+        for sh in ${GRAD_SHAPES:-32768x4096:f32 32768x4096:bf16 16384x50257:f32 8192x128256:bf16}; do
+            for op in ${GRAD_OPS:-fused backward}; do
+                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op --budget "${GRAD_BUDGET:-20}" -q --top "${TUNE_TOP:-3}"
+            done
+        done ;;
     bench)
         # xent through the shipped cache just exported, not the tuner's user cache
         stage "benchmark"

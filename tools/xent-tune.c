@@ -71,6 +71,10 @@ static void usage(FILE *f) {
             "  -l, --label-smoothing X    in [0, 1] (default 0)\n"
             "  -w, --weights              with per-class weights\n"
             "      --lse                  also write the per-row log-sum-exp\n"
+            "      --op forward|fused|backward   what to tune (default forward; fused: loss and\n"
+            "                             gradient in one pass; backward: gradient from lse)\n"
+            "      --z-loss X             z-loss coefficient (default 0)\n"
+            "      --softcap X            logit soft-capping cap * tanh(x / cap) (default 0, off)\n"
             "search:\n"
             "  -g, --gpu KEY|auto         refuse unless the GPU present is KEY (default auto)\n"
             "  -b, --budget SECONDS       wall-clock budget per problem (default 30)\n"
@@ -199,6 +203,7 @@ static int parse_option(cli *o, int opt, const char *arg) {
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
     static const char *const targets[] = {"i32", "i64", NULL};
     static const char *const reductions[] = {"none", "sum", "mean", NULL};
+    static const char *const ops[] = {"forward", "fused", "backward", NULL};
     double d;
     long long v;
     int e, rc = 0;
@@ -212,6 +217,9 @@ static int parse_option(cli *o, int opt, const char *arg) {
     case 'l': rc = parse_number(arg, 0, 1, &d, "label smoothing"); o->base.label_smoothing = (float)d; return rc;
     case 'w': o->base.has_weights = 1; return 0;
     case 'L': o->base.write_lse = 1; return 0;
+    case 'O': rc = parse_enum(arg, ops, &e, "op"); o->base.op = (xent_op)e; return rc;
+    case 'Z': rc = parse_number(arg, 0, 1e6, &d, "z-loss"); o->base.z_loss = (float)d; return rc;
+    case 'C': rc = parse_number(arg, 0, 1e30, &d, "softcap"); o->base.softcap = (float)d; return rc;
     case 'g': o->gpu = arg; return 0;
     case 'b': return parse_number(arg, 0.1, 86400, &o->budget, "budget");
     case 'x': o->exhaustive = 1; return 0;
@@ -237,6 +245,8 @@ static int parse_args(cli *o, int argc, char **argv) {
         {"reduction", required_argument, 0, 'r'}, {"ignore-index", required_argument, 0, 'i'},
         {"label-smoothing", required_argument, 0, 'l'}, {"weights", no_argument, 0, 'w'},
         {"lse", no_argument, 0, 'L'},           {"gpu", required_argument, 0, 'g'},
+        {"op", required_argument, 0, 'O'},      {"z-loss", required_argument, 0, 'Z'},
+        {"softcap", required_argument, 0, 'C'},
         {"budget", required_argument, 0, 'b'},  {"exhaustive", no_argument, 0, 'x'},
         {"config", required_argument, 0, 'K'},
         {"jobs", required_argument, 0, 'j'},    {"device", required_argument, 0, 'D'},
@@ -391,9 +401,11 @@ static void problem_for(const cli *o, int i, xent_problem *p) {
 }
 
 static void describe_problem(const xent_problem *p, char *buf, size_t len) {
-    snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
+    static const char *ops[] = {"", " fused", " backward", " combine", " rescale"};
+    snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
              p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), p->has_weights ? " weights" : "",
-             p->label_smoothing > 0 ? " smoothing" : "", p->write_lse ? " lse" : "");
+             p->label_smoothing > 0 ? " smoothing" : "", p->write_lse ? " lse" : "", ops[p->op],
+             p->z_loss > 0 ? " z-loss" : "", p->softcap > 0 ? " softcap" : "");
 }
 
 static int offline_sm_count(const cli *o) {

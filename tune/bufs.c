@@ -77,12 +77,47 @@ static int dev_alloc(xent_context *ctx, CUdeviceptr *p, size_t bytes, const void
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "tuner inputs", r);
 }
 
+/* Gradient rows the check compares: about this many, spread over the problem. */
+#define GRAD_ROWS 512
+
+double tune_grad_tolerance(xent_dtype d) { return d == XENT_F32 ? 1e-5 : d == XENT_F16 ? 1e-3 : 8e-3; }
+
+/* The xent_grad family's reference (loss, lse, sampled gradient rows) and
+ * its extra device buffers. */
+static int grad_bufs(xent_context *ctx, const xent_problem *p, tune_bufs *b) {
+    b->op = p->op;
+    b->n = p->n, b->c = p->c, b->row_stride = p->row_stride, b->dtype = p->logits;
+    b->grad_step = p->n > GRAD_ROWS ? p->n / GRAD_ROWS : 1;
+    int64_t rows = (p->n + b->grad_step - 1) / b->grad_step;
+    double *lse = malloc((size_t)p->n * sizeof *lse);
+    float *lsef = malloc((size_t)p->n * sizeof *lsef), *ones = malloc((size_t)p->n * sizeof *ones);
+    b->ref_grad = malloc((size_t)rows * (size_t)p->c * sizeof *b->ref_grad);
+    b->host_grad = malloc(b->logits_bytes);
+    int rc = lse && lsef && ones && b->ref_grad && b->host_grad ? XENT_OK : XENT_ENOMEM;
+    if (!rc)
+        rc = xent_ref_train(p, b->host_logits, b->host_targets, b->host_weights, NULL, b->ref, lse, b->ref_grad,
+                            b->grad_step);
+    for (int64_t i = 0; !rc && i < p->n; i++) {
+        lsef[i] = (float)lse[i];
+        ones[i] = 1.0f;
+    }
+    if (!rc) rc = dev_alloc(ctx, &b->grad, b->logits_bytes, NULL);
+    if (!rc) rc = dev_alloc(ctx, &b->dloss, (size_t)p->n * sizeof(float), ones);
+    if (!rc) rc = dev_alloc(ctx, &b->lse_in, (size_t)p->n * sizeof(float), lsef);
+    if (p->op == XENT_OP_BACKWARD) b->out_count = 0; /* no loss: the gradient is the result */
+    free(lse);
+    free(lsef);
+    free(ones);
+    return rc ? xent_fail(ctx, rc, "tuner: gradient reference and buffers") : XENT_OK;
+}
+
 int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tune_bufs *b) {
     memset(b, 0, sizeof *b);
     int rc = alloc_host(b, p);
     if (rc) return xent_fail(ctx, rc, "tuner: host buffers for %lldx%lld", (long long)p->n, (long long)p->c);
     fill_host(b, p, seed);
-    rc = xent_ref_forward(p, b->host_logits, b->host_targets, b->host_weights, b->ref, NULL, NULL);
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) rc = grad_bufs(ctx, p, b);
+    else rc = xent_ref_forward(p, b->host_logits, b->host_targets, b->host_weights, b->ref, NULL, NULL);
     if (rc) return xent_fail(ctx, rc, "tuner: reference failed");
     b->ncopies = copies_for(ctx, b->logits_bytes + b->targets_bytes);
     for (int i = 0; i < b->ncopies && !rc; i++)
@@ -101,6 +136,12 @@ void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a) {
     a->weights = (const float *)b->weights;
     a->loss = (float *)b->loss;
     a->lse = (float *)b->lse;
+    if (b->op == XENT_OP_FUSED || b->op == XENT_OP_BACKWARD) a->grad = (void *)b->grad;
+    if (b->op == XENT_OP_BACKWARD) {
+        a->loss = NULL;
+        a->lse = (float *)b->lse_in;
+        a->dloss = (const float *)b->dloss;
+    }
 }
 
 void tune_bufs_destroy(xent_context *ctx, tune_bufs *b) {
@@ -111,6 +152,11 @@ void tune_bufs_destroy(xent_context *ctx, tune_bufs *b) {
     if (b->loss) ctx->drv->MemFree(b->loss);
     if (b->lse) ctx->drv->MemFree(b->lse);
     if (b->weights) ctx->drv->MemFree(b->weights);
+    if (b->grad) ctx->drv->MemFree(b->grad);
+    if (b->dloss) ctx->drv->MemFree(b->dloss);
+    if (b->lse_in) ctx->drv->MemFree(b->lse_in);
+    free(b->ref_grad);
+    free(b->host_grad);
     free(b->host_logits);
     free(b->host_targets);
     free(b->host_weights);
@@ -134,4 +180,24 @@ double tune_bufs_error(const tune_bufs *b) {
     }
     if (num == 0.0) return 0.0;
     return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
+}
+
+static double grad_elem(const tune_bufs *b, int64_t k) {
+    if (b->dtype == XENT_F32) return ((const float *)b->host_grad)[k];
+    uint16_t h = ((const uint16_t *)b->host_grad)[k];
+    return b->dtype == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
+}
+
+double tune_bufs_grad_error(const tune_bufs *b) {
+    if (!b->ref_grad || b->op == XENT_OP_FORWARD) return 0.0;
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < b->n; i += b->grad_step)
+        for (int64_t j = 0; j < b->c; j++) {
+            double g = grad_elem(b, i * b->row_stride + j), r = b->ref_grad[i / b->grad_step * b->c + j];
+            if (isnan(g) != isnan(r)) return INFINITY;
+            if (isnan(r)) continue;
+            num += (g - r) * (g - r);
+            den += r * r;
+        }
+    return num == 0.0 ? 0.0 : sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
 }

@@ -12,6 +12,14 @@ typedef struct tune_bufs {
     int ncopies;              /* rotated device copies of logits and targets */
     CUdeviceptr logits[64], targets[64];
     CUdeviceptr weights, loss, lse;
+    /* the xent_grad family: the gradient (one buffer), dloss = 1, and for a
+     * backward the reference's lse as its input */
+    xent_op op;
+    CUdeviceptr grad, dloss, lse_in;
+    double *ref_grad;         /* rows 0, grad_step, ... of the float64 gradient */
+    int64_t grad_step, n, c, row_stride;
+    xent_dtype dtype;
+    void *host_grad;
 } tune_bufs;
 
 int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tune_bufs *b);
@@ -20,5 +28,10 @@ void tune_bufs_destroy(xent_context *ctx, tune_bufs *b);
 void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a);
 /* Error of host_out against ref (INFINITY when NaN disagrees). */
 double tune_bufs_error(const tune_bufs *b);
+/* Norm-wise error of host_grad (the device gradient read back) against
+ * ref_grad over the sampled rows; 0 when the op writes no gradient. */
+double tune_bufs_grad_error(const tune_bufs *b);
+/* What a gradient in this dtype can promise (its own rounding). */
+double tune_grad_tolerance(xent_dtype d);
 
 #endif

@@ -62,6 +62,19 @@ extern "C" {
 int xent_ref_forward(const xent_problem *p, const void *logits, const void *targets,
                      const float *weights, double *out, double *lse, int64_t *bad_rows);
 
+/**
+ * float64 reference of the training ops, on the whole vocabulary: the loss
+ * with p->z_loss and p->softcap (p->op, vocab and class_offset are not
+ * consulted), each row's lse (may be NULL) and, when grad is non-NULL, the
+ * gradient with respect to the logits of rows 0, grad_step, 2 grad_step, ...
+ * (c doubles each, packed; grad_step 1: all n rows), scaled by
+ * dloss (NULL: 1; one value for sum and mean, n for none) and, for a mean,
+ * divided by the weight sum of the non-ignored rows. Ignored rows give 0; a
+ * target outside [0, c) gives NaN. Returns XENT_OK, XENT_EINVAL or XENT_ENOMEM.
+ */
+int xent_ref_train(const xent_problem *p, const void *logits, const void *targets, const float *weights,
+                   const float *dloss, double *loss, double *lse, double *grad, int64_t grad_step);
+
 /** IEEE binary16 bits to float; exact (every half is a float). */
 float xent_half_to_float(uint16_t h);
 /** float to binary16 bits, round to nearest even; overflow gives inf; NaN stays (quiet) NaN. */

@@ -35,6 +35,7 @@ void xent_tune_opts_init(xent_tune_opts *o) {
 
 double xent_problem_bytes(const xent_problem *p) {
     double bytes = (double)p->n * (double)p->c * xent_dtype_size(p->logits);
+    if (p->op == XENT_OP_FUSED || p->op == XENT_OP_BACKWARD) bytes *= 2; /* the gradient written */
     bytes += (double)p->n * (p->targets == XENT_I64 ? 8 : 4);
     bytes += p->reduction == XENT_REDUCE_NONE ? 4.0 * p->n : 4.0;
     if (p->write_lse) bytes += 4.0 * p->n;
@@ -210,19 +211,43 @@ static int time_floor(timer *t, double *us) {
     return rc;
 }
 
+typedef struct copy_launch {
+    xent_context *ctx;
+    const tune_bufs *bufs;
+} copy_launch;
+
+static int launch_copy(void *arg, int copy) {
+    copy_launch *cl = arg;
+    CUresult r = cl->ctx->drv->MemcpyDtoDAsync(cl->bufs->grad, cl->bufs->logits[copy], cl->bufs->logits_bytes, NULL);
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(cl->ctx, "cuMemcpyDtoDAsync(copy floor)", r);
+}
+
+/* A gradient's floor: a device copy of the logits' bytes into the gradient
+ * (read once, write once), timed by the same protocol. */
+static int time_copy_floor(timer *t, double *us) {
+    copy_launch cl = {t->ctx, t->bufs};
+    int pruned;
+    return time_median(t, launch_copy, &cl, 0, us, &pruned);
+}
+
 /* ---- one candidate ---- */
 
-static int check_result(xent_context *ctx, xent_plan *plan, tune_bufs *b, double *err) {
+/* Run once on poisoned outputs; *err gets the loss's error and *gerr the
+ * gradient's (0 for the forward family). */
+static int check_result(xent_context *ctx, xent_plan *plan, tune_bufs *b, double *err, double *gerr) {
     const xent_driver *d = ctx->drv;
     size_t bytes = b->out_count * sizeof(float);
-    CUresult r = d->MemsetD8(b->loss, 0xff, bytes); /* poison: NaN unless written */
+    CUresult r = bytes ? d->MemsetD8(b->loss, 0xff, bytes) : CUDA_SUCCESS; /* poison: NaN unless written */
+    if (r == CUDA_SUCCESS && b->grad) r = d->MemsetD8(b->grad, 0xff, b->logits_bytes);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "poisoning the output", r);
     plan_launch pl = {plan, b};
     int rc = launch_plan(&pl, 0);
     if (rc) return rc;
-    r = d->MemcpyDtoH(b->host_out, b->loss, bytes);
+    if (bytes) r = d->MemcpyDtoH(b->host_out, b->loss, bytes);
+    if (r == CUDA_SUCCESS && b->grad) r = d->MemcpyDtoH(b->host_grad, b->grad, b->logits_bytes);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "reading the result", r);
     *err = tune_bufs_error(b);
+    *gerr = tune_bufs_grad_error(b);
     return XENT_OK;
 }
 
@@ -238,11 +263,15 @@ static void evaluate(timer *t, const xent_problem *p, xent_trial *trial, double 
     trial->registers = plan->registers;
     tune_bufs *b = (tune_bufs *)t->bufs;
     int pruned = 0;
-    if (check_result(ctx, plan, b, &trial->rel_err)) {
+    double gerr = 0, gtol = tune_grad_tolerance(p->logits);
+    if (check_result(ctx, plan, b, &trial->rel_err, &gerr)) {
         snprintf(trial->reason, sizeof trial->reason, "%.150s", xent_errmsg(ctx));
     } else if (!(trial->rel_err <= ERR_LIMIT)) {
         trial->status = TRIAL_WRONG;
         snprintf(trial->reason, sizeof trial->reason, "relative error %.3g > %g", trial->rel_err, ERR_LIMIT);
+    } else if (!(gerr <= gtol)) {
+        trial->status = TRIAL_WRONG;
+        snprintf(trial->reason, sizeof trial->reason, "gradient error %.3g > %g", gerr, gtol);
     } else {
         plan_launch pl = {plan, b};
         double prune = best_us > 0 ? best_us * PRUNE_FACTOR : 0;
@@ -344,7 +373,8 @@ static int same_structure(const xent_config *a, const xent_config *b) {
            a->split == b->split && a->prefetch == b->prefetch;
 }
 
-static int is_stage1(const xent_config *c) {
+static int is_stage1(const xent_config *c, xent_family f) {
+    if (f == XENT_FAMILY_GRAD) return c->cache == 0 && (c->tpr > 32 || c->block == 128);
     return c->cache == 0 && c->persist == 1 && c->async == 0 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
 }
 
@@ -353,7 +383,7 @@ static int is_stage1(const xent_config *c) {
 static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     int n = 0;
     for (int i = 0; i < nall; i++)
-        if (is_stage1(&all[i]) && !seen(s, &all[i])) pick[n++] = all[i];
+        if (is_stage1(&all[i], xent_problem_family(s->p)) && !seen(s, &all[i])) pick[n++] = all[i];
     int rc = run_batch(s, pick, n, "structure", 0);
     if (rc) return rc;
     qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
@@ -454,7 +484,7 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
                 (cr = ctx->drv->EventCreate(&s.t.stop, CU_EVENT_DEFAULT)) != CUDA_SUCCESS))
         rc = xent_fail_cuda(ctx, "cuEventCreate", cr);
     r->bytes = xent_problem_bytes(&p);
-    if (!rc) rc = time_floor(&s.t, &r->floor_us);
+    if (!rc) rc = bufs.grad ? time_copy_floor(&s.t, &r->floor_us) : time_floor(&s.t, &r->floor_us);
     if (!rc) {
         xent_config_heuristic(&p, ctx->info.sm_count, &r->heuristic.config);
         evaluate(&s.t, &p, &r->heuristic, 0);

@@ -34,7 +34,8 @@ typedef struct tc_key {
     int template_version;/* bumped when a template changes what configs mean */
 } tc_key;
 
-enum { TC_OPT_WEIGHTS = 1, TC_OPT_SMOOTHING = 2, TC_OPT_LSE = 4, TC_OPT_STRIDED = 8 };
+enum { TC_OPT_WEIGHTS = 1, TC_OPT_SMOOTHING = 2, TC_OPT_LSE = 4, TC_OPT_STRIDED = 8, TC_OPT_ZLOSS = 16,
+       TC_OPT_SOFTCAP = 32, TC_OPT_SHARD = 64 };
 
 typedef struct tc_entry {
     char config[160];    /* the configuration as text, "VEC=4 TPR=32 ..." */

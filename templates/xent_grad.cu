@@ -1,0 +1,831 @@
+/*
+ * xent_grad.cu — softmax cross-entropy for training: the loss and its
+ * gradient with respect to the logits from one read of the logits (fused),
+ * the gradient from a forward's log-sum-exp (backward), the forward with
+ * z-loss or soft-capping, and vocabulary shards (per-row partials, their
+ * combination, and a shard's backward from the global log-sum-exp).
+ *
+ * A "team" of XENT_TPR threads takes one row; with XENT_SPLIT > 1 a cluster
+ * of SPLIT blocks takes one row, each block a slice of it, and the blocks
+ * exchange their partial sums through distributed shared memory. When a
+ * block's slice fits one chunk (TPR * ITEMS vectors) the row stays in
+ * registers between the sums and the gradient: one read, one write. Longer
+ * slices are summed chunk by chunk and read again for the gradient (from L2
+ * when the rows in flight fit it).
+ *
+ * Row loss (y the logits after soft-capping, lse = log sum exp y, C the whole
+ * vocabulary, w the class weights or 1, W their sum, eps the smoothing):
+ *   loss = (1-eps) w_t (lse - y_t) + eps/C sum_j w_j (lse - y_j) + z lse^2
+ * and its gradient, times the row's factor f (dloss, over the weight sum for
+ * a mean):
+ *   dloss/dy_j = f (A p_j - (1-eps) w_t [j == t] - eps/C w_j),
+ *   A = (1-eps) w_t + eps/C W + 2 z lse,  p_j = exp(y_j - lse)
+ *   dy/dx = 1 - (y/cap)^2 under soft-capping.
+ * Ignored rows have loss and gradient 0; a target outside the vocabulary
+ * sets the error flag and makes its row NaN.
+ *
+ * Tuned knobs (gen/space.c holds the legal values):
+ *   XENT_VEC    elements per vector load; VEC * element size in {4, 8, 16} bytes
+ *   XENT_TPR    threads per row team: 1..32 share a warp, 64..1024 is the whole block
+ *   XENT_BLOCK  threads per block; BLOCK % TPR == 0; TPR > 32 needs BLOCK == TPR
+ *   XENT_ITEMS  vector loads per thread per chunk
+ *   XENT_CACHE  0 plain loads, 1 read-only without L1 allocation, 2 streaming
+ *   XENT_SPLIT  blocks of a cluster sharing a row (needs TPR == BLOCK)
+ * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
+ *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
+ *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
+ *   XENT_MODE 0 forward, 1 fused, 2 backward.
+ *
+ * Entry points: xent_grad (the rows), xent_grad_denom (the mean's weight sum
+ * and the class weights' sum, before a gradient), xent_grad_rescale (a fused
+ * gradient times dloss) and xent_grad_combine (shards' partials into losses).
+ *
+ * Workspace (zeroed once; every launch leaves its tickets zero again):
+ *   [0, 4) ticket of the rows' last block   [4, 8) ticket of denom's last block
+ *   [16, 24) double: sum of w_t over non-ignored rows   [24, 32) double: W
+ *   [32, 32 + 16 * DENOM_BLOCKS) denom's block partials
+ *   then 16 bytes a block of xent_grad or xent_grad_combine: (loss, weight) partials
+ */
+
+#ifndef XENT_VEC
+#define XENT_VEC 4
+#endif
+#ifndef XENT_TPR
+#define XENT_TPR 256
+#endif
+#ifndef XENT_BLOCK
+#define XENT_BLOCK 256
+#endif
+#ifndef XENT_ITEMS
+#define XENT_ITEMS 4
+#endif
+#ifndef XENT_CACHE
+#define XENT_CACHE 0
+#endif
+#ifndef XENT_SPLIT
+#define XENT_SPLIT 1
+#endif
+#ifndef XENT_LOGIT
+#define XENT_LOGIT 0
+#endif
+#ifndef XENT_TARGET
+#define XENT_TARGET 1
+#endif
+#ifndef XENT_REDUCTION
+#define XENT_REDUCTION 2
+#endif
+#ifndef XENT_WEIGHTS
+#define XENT_WEIGHTS 0
+#endif
+#ifndef XENT_SMOOTHING
+#define XENT_SMOOTHING 0
+#endif
+#ifndef XENT_LSE
+#define XENT_LSE 0
+#endif
+#ifndef XENT_ZLOSS
+#define XENT_ZLOSS 0
+#endif
+#ifndef XENT_SOFTCAP
+#define XENT_SOFTCAP 0
+#endif
+#ifndef XENT_SHARD
+#define XENT_SHARD 0
+#endif
+#ifndef XENT_MODE
+#define XENT_MODE 1
+#endif
+
+#define ESIZE (XENT_LOGIT == 0 ? 4 : 2)
+#define VWORDS ((XENT_VEC * ESIZE) / 4)
+#define VBYTES (XENT_VEC * ESIZE)
+#define TEAMS (XENT_BLOCK / XENT_TPR)
+#define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
+/* Elements before a row's first aligned vector plus those after its last:
+ * fewer than 2 VEC, spread over the team's lanes. */
+#define EDGES ((2 * XENT_VEC - 2 + XENT_TPR - 1) / XENT_TPR > 0 ? (2 * XENT_VEC - 2 + XENT_TPR - 1) / XENT_TPR : 1)
+#define FULL_MASK 0xffffffffu
+#define LOG2E 1.4426950408889634f
+#define DENOM_BLOCKS 256
+#define PARTS_AT (32 + 16 * DENOM_BLOCKS)
+#define GRAD (XENT_MODE != 0)
+#define ROW_PASS (XENT_MODE != 2)
+
+#if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
+#error "XENT_VEC * element size must be 4, 8 or 16 bytes"
+#endif
+#if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
+#error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
+#endif
+#if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
+#error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
+#endif
+
+#if XENT_CACHE == 0
+#define LD "ld.global"
+#elif XENT_CACHE == 1
+#define LD "ld.global.nc.L1::no_allocate"
+#else
+#define LD "ld.global.cs"
+#endif
+
+#if XENT_TARGET == 0
+typedef int target_t;
+#else
+typedef long long target_t;
+#endif
+
+/* The launch's arguments, one struct by value; runtime/launch.c mirrors it. */
+struct gargs {
+    const unsigned char *logits;
+    const target_t *targets;
+    const float *weights;
+    float *loss;
+    float *lse;
+    unsigned char *grad;
+    const float *dloss;
+    float *stats;
+    unsigned char *ws;
+    int *err;
+    long long n, stride, ignore_index, c0;
+    int c, vocab;
+    float smoothing, z_loss, softcap;
+    int shards;
+};
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float qnan() { return __int_as_float(0x7fc00000); }
+__device__ __forceinline__ float safe_max(float m) { return m == neg_inf() ? 0.0f : m; }
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float exp_shifted(float x, float m) { return fast_exp2((x - m) * LOG2E); }
+
+__device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS]) {
+#if VWORDS == 4
+    asm volatile(LD ".v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+#elif VWORDS == 2
+    asm volatile(LD ".v2.u32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+#else
+    asm volatile(LD ".u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
+#endif
+}
+
+__device__ __forceinline__ void store_vec(unsigned char *p, const unsigned (&r)[VWORDS]) {
+#if VWORDS == 4
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+#elif VWORDS == 2
+    asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
+#else
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
+#endif
+}
+
+/* 16-bit logits widen as they are used; the gradient narrows the same way. */
+__device__ __forceinline__ float widen(unsigned short h) {
+#if XENT_LOGIT == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float(((unsigned)h) << 16);
+#endif
+}
+__device__ __forceinline__ unsigned short narrow(float f) {
+    unsigned short h;
+#if XENT_LOGIT == 1
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+#else
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+#endif
+    return h;
+}
+
+__device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
+#if XENT_LOGIT == 0
+    return __uint_as_float(r[e]);
+#else
+    return widen((unsigned short)(r[e / 2] >> (16 * (e % 2))));
+#endif
+}
+__device__ __forceinline__ void set_elem(unsigned (&r)[VWORDS], int e, float v) {
+#if XENT_LOGIT == 0
+    r[e] = __float_as_uint(v);
+#else
+    unsigned h = narrow(v);
+    r[e / 2] = (e % 2) ? ((r[e / 2] & 0xffffu) | (h << 16)) : ((r[e / 2] & 0xffff0000u) | h);
+#endif
+}
+
+__device__ __forceinline__ float load_scalar(const unsigned char *row, long long j) {
+#if XENT_LOGIT == 0
+    return ((const float *)row)[j];
+#else
+    return widen(((const unsigned short *)row)[j]);
+#endif
+}
+__device__ __forceinline__ void store_scalar(unsigned char *row, long long j, float v) {
+#if XENT_LOGIT == 0
+    ((float *)row)[j] = v;
+#else
+    ((unsigned short *)row)[j] = narrow(v);
+#endif
+}
+
+/* The logit the softmax sees: capped as cap * tanh(x / cap) when soft-capping. */
+__device__ __forceinline__ float capped(float x, float cap) {
+#if XENT_SOFTCAP
+    return cap * tanhf(x / cap);
+#else
+    return x;
+#endif
+}
+
+__device__ __forceinline__ float class_weight(const float *w, long long j) {
+#if XENT_WEIGHTS
+    return w[j];
+#else
+    return 1.0f;
+#endif
+}
+
+/* A slice's running sums: max, sum of exp(y - m), and for smoothing the sum
+ * of w (y - m) and of w. */
+struct acc {
+    float m, s;
+#if XENT_SMOOTHING || XENT_SHARD
+    float sy, sw;
+#endif
+};
+
+__device__ __forceinline__ void acc_init(acc &a) {
+    a.m = neg_inf();
+    a.s = 0.0f;
+#if XENT_SMOOTHING || XENT_SHARD
+    a.sy = 0.0f;
+    a.sw = 0.0f;
+#endif
+}
+
+/* Rebase a to the max M: the terms of an empty slice stay 0, not NaN. */
+__device__ __forceinline__ void acc_rebase(acc &a, float M) {
+    float k = a.m == neg_inf() ? 0.0f : exp_shifted(a.m, safe_max(M));
+    a.s *= k;
+#if XENT_SMOOTHING || XENT_SHARD
+    if (a.sw != 0.0f) a.sy += a.sw * (a.m - M);
+#endif
+    a.m = M;
+}
+
+__device__ __forceinline__ void acc_merge(acc &a, acc b) {
+    float M = fmaxf(a.m, b.m);
+    acc_rebase(a, M);
+    acc_rebase(b, M);
+    a.s += b.s;
+#if XENT_SMOOTHING || XENT_SHARD
+    a.sy += b.sy;
+    a.sw += b.sw;
+#endif
+}
+
+__device__ __forceinline__ acc acc_shfl(const acc &a, int o) {
+    acc b;
+    b.m = __shfl_xor_sync(FULL_MASK, a.m, o);
+    b.s = __shfl_xor_sync(FULL_MASK, a.s, o);
+#if XENT_SMOOTHING || XENT_SHARD
+    b.sy = __shfl_xor_sync(FULL_MASK, a.sy, o);
+    b.sw = __shfl_xor_sync(FULL_MASK, a.sw, o);
+#endif
+    return b;
+}
+
+/* Merge over the team (every lane gets the result), then over the cluster. */
+__device__ __forceinline__ void team_merge(acc &a) {
+    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
+#pragma unroll
+    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));
+#if XENT_TPR > 32
+    __shared__ acc parts[WARPS];
+    __syncthreads(); /* the previous row's readers are done with parts */
+    if (threadIdx.x % 32 == 0) parts[threadIdx.x / 32] = a;
+    __syncthreads();
+    a = parts[0];
+    for (int w = 1; w < WARPS; w++) acc_merge(a, parts[w]);
+#endif
+}
+
+#if XENT_SPLIT > 1
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float remote_f(const float *local, unsigned rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+#define ACC_FLOATS (sizeof(acc) / sizeof(float))
+/* Every block of the cluster merges the blocks' partials in rank order, so
+ * all hold the same bits. Two buffers: a block may publish row i + 1 while a
+ * slower one still reads row i, never row i + 2 (the barrier between). */
+__device__ __forceinline__ void cluster_merge(acc &a, int parity) {
+    __shared__ float pub[2][ACC_FLOATS];
+    __shared__ acc res;
+    if (threadIdx.x == 0) {
+        const float *f = (const float *)&a;
+        for (int i = 0; i < (int)ACC_FLOATS; i++) pub[parity][i] = f[i];
+    }
+    cluster_sync();
+    if (threadIdx.x == 0) {
+        float v[XENT_SPLIT][ACC_FLOATS];
+#pragma unroll
+        for (int r = 0; r < XENT_SPLIT; r++)
+#pragma unroll
+            for (int i = 0; i < (int)ACC_FLOATS; i++) v[r][i] = remote_f(&pub[parity][i], r);
+        acc m;
+        acc_init(m);
+#pragma unroll
+        for (int r = 0; r < XENT_SPLIT; r++) {
+            acc b;
+            float *f = (float *)&b;
+#pragma unroll
+            for (int i = 0; i < (int)ACC_FLOATS; i++) f[i] = v[r][i];
+            acc_merge(m, b);
+        }
+        res = m;
+    }
+    __syncthreads();
+    a = res;
+}
+#else
+__device__ __forceinline__ unsigned cluster_rank() { return 0; }
+#endif
+
+/* Where a row's aligned vectors start and how the cluster divides them. */
+struct slice {
+    const unsigned char *x; /* the row's logits */
+    unsigned char *g;       /* the row's gradient */
+    int head;               /* scalar elements before the first aligned vector */
+    int nvec;               /* aligned vectors */
+    int tail;               /* scalar elements after them */
+    int v0, v1;             /* this block's vectors */
+};
+
+__device__ __forceinline__ slice make_slice(const gargs &k, long long row) {
+    slice l;
+    l.x = k.logits + (size_t)row * (size_t)k.stride * ESIZE;
+    l.g = k.grad + (size_t)row * (size_t)k.stride * ESIZE;
+    int mis = (int)(((size_t)l.x % VBYTES) / ESIZE);
+    l.head = mis ? XENT_VEC - mis : 0;
+    if (l.head > k.c) l.head = k.c;
+    l.nvec = (k.c - l.head) / XENT_VEC;
+    l.tail = k.c - l.head - l.nvec * XENT_VEC;
+    int per = (l.nvec + XENT_SPLIT - 1) / XENT_SPLIT;
+    l.v0 = (int)cluster_rank() * per;
+    l.v1 = min(l.v0 + per, l.nvec);
+    if (l.v0 > l.v1) l.v0 = l.v1;
+    return l;
+}
+
+/* Edge element e (head first, then tail) of the row, or -1 past them. */
+__device__ __forceinline__ int edge_index(const slice &l, int e) {
+    if (e < l.head) return e;
+    if (e < l.head + l.tail) return l.head + l.nvec * XENT_VEC + (e - l.head);
+    return -1;
+}
+
+/* A thread's share of a chunk: ITEMS vectors and, in the first chunk of the
+ * cluster's first block, EDGES scalars. Missing elements read as -inf. */
+struct chunk {
+    unsigned r[XENT_ITEMS][VWORDS];
+    float e[EDGES];
+    int ej[EDGES];
+};
+
+__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges) {
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        int v = vb + i * XENT_TPR + lane;
+        if (v < l.v1) load_vec(l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES, ch.r[i]);
+        else {
+#pragma unroll
+            for (int w = 0; w < VWORDS; w++)
+                ch.r[i][w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++) {
+        ch.ej[q] = edges ? edge_index(l, q * XENT_TPR + lane) : -1;
+        ch.e[q] = ch.ej[q] >= 0 ? load_scalar(l.x, ch.ej[q]) : neg_inf();
+    }
+}
+
+/* Element j of item i as the softmax sees it; slots past the slice are -inf
+ * (soft-capping would make their -inf fill a finite -cap). */
+__device__ __forceinline__ float y_of(const chunk &ch, int i, int j, bool valid, float cap) {
+#if XENT_SOFTCAP
+    return valid ? capped(elem(ch.r[i], j), cap) : neg_inf();
+#else
+    return elem(ch.r[i], j);
+#endif
+}
+__device__ __forceinline__ float edge_y(const chunk &ch, int q, float cap) {
+#if XENT_SOFTCAP
+    return ch.ej[q] >= 0 ? capped(ch.e[q], cap) : neg_inf();
+#else
+    return ch.e[q];
+#endif
+}
+
+/* Class index (within the c columns) of element j of vector v. */
+__device__ __forceinline__ int vec_class(const slice &l, int v, int j) { return l.head + v * XENT_VEC + j; }
+
+#if ROW_PASS
+__device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice &l, int vb, int lane,
+                                           const gargs &k) {
+    float cm = neg_inf();
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        bool valid = vb + i * XENT_TPR + lane < l.v1;
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++) cm = fmaxf(cm, y_of(ch, i, j, valid, k.softcap));
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++) cm = fmaxf(cm, edge_y(ch, q, k.softcap));
+    acc_rebase(a, fmaxf(a.m, cm));
+    const float m = safe_max(a.m);
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        int v = vb + i * XENT_TPR + lane;
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++) {
+            float y = y_of(ch, i, j, v < l.v1, k.softcap);
+            a.s += exp_shifted(y, m);
+#if XENT_SMOOTHING || XENT_SHARD
+            if (v < l.v1) {
+                float w = class_weight(k.weights, vec_class(l, v, j));
+                a.sy += w * (y - a.m);
+                a.sw += w;
+            }
+#endif
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++) {
+        float y = edge_y(ch, q, k.softcap);
+        a.s += exp_shifted(y, m);
+#if XENT_SMOOTHING || XENT_SHARD
+        if (ch.ej[q] >= 0) {
+            float w = class_weight(k.weights, ch.ej[q]);
+            a.sy += w * (y - a.m);
+            a.sw += w;
+        }
+#endif
+    }
+}
+#endif
+
+/* What the gradient of a row needs besides its logits. */
+struct rowg {
+    float lse;   /* the (global) log-sum-exp */
+    float f;     /* the row's factor: dloss, over the weight sum for a mean; 0 ignored, NaN bad */
+    float a;     /* A of the header */
+    float onehot;/* (1-eps) w_t */
+    float eps_c; /* eps / C */
+    long long t; /* the target's column in this slice, or -1 */
+};
+
+__device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
+    float y = capped(x, k.softcap);
+    float p = exp_shifted(y, r.lse);
+    float g = r.a * p - (col == r.t ? r.onehot : 0.0f);
+#if XENT_SMOOTHING
+    g -= r.eps_c * class_weight(k.weights, col);
+#endif
+#if XENT_SOFTCAP
+    float u = y / k.softcap;
+    g *= 1.0f - u * u;
+#endif
+    return r.f * g;
+}
+
+__device__ __forceinline__ void store_chunk_grad(chunk &ch, const slice &l, int vb, int lane, const rowg &r,
+                                                 const gargs &k) {
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        int v = vb + i * XENT_TPR + lane;
+        if (v >= l.v1) continue;
+        unsigned o[VWORDS];
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++) set_elem(o, j, grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k));
+        store_vec(l.g + (size_t)l.head * ESIZE + (size_t)v * VBYTES, o);
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++)
+        if (ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+}
+
+__device__ __forceinline__ const double *ws_sums(const gargs &k) { return (const double *)(k.ws + 16); }
+
+/* The factor, A and the one-hot term of a row with target t (vocabulary
+ * index) and log-sum-exp lse. */
+__device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, long long t, float lse, bool bad) {
+    rowg r;
+    r.lse = lse;
+    r.eps_c = k.smoothing / (float)k.vocab;
+    r.t = t - k.c0;
+    if (r.t < 0 || r.t >= k.c) r.t = -1;
+    float wt = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, XENT_SHARD ? 0 : t);
+    float W = XENT_WEIGHTS ? (float)ws_sums(k)[1] : (float)k.vocab;
+    r.onehot = (1.0f - k.smoothing) * wt;
+    r.a = r.onehot + r.eps_c * W + (XENT_ZLOSS ? 2.0f * k.z_loss * lse : 0.0f);
+    float f = k.dloss ? k.dloss[XENT_REDUCTION == 0 ? row : 0] : 1.0f;
+#if XENT_REDUCTION == 2
+    f = (float)((double)f / ws_sums(k)[0]);
+#endif
+    r.f = t == k.ignore_index ? 0.0f : bad ? qnan() : f;
+    return r;
+}
+
+/* Reads of what other blocks published, from L2 (see xent_fwd.cu). */
+__device__ __forceinline__ double2 published_d2(const double2 *p) {
+    double2 v;
+    asm volatile("ld.global.cg.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned arrive(unsigned *counter) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+/* Fixed-shape block sum of pairs: same inputs, same bits. */
+__device__ __forceinline__ void block_sum2(double &x, double &y, int nthreads) {
+    __shared__ double sx[32], sy[32];
+    x = warp_sum_d(x);
+    y = warp_sum_d(y);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+        sx[threadIdx.x / 32] = x;
+        sy[threadIdx.x / 32] = y;
+    }
+    __syncthreads();
+    x = 0.0;
+    y = 0.0;
+    for (int w = 0; w < (nthreads + 31) / 32; w++) {
+        x += sx[w];
+        y += sy[w];
+    }
+}
+
+/* Block partials into one value, by the last block in a fixed order:
+ * bitwise reproducible for a given grid. For a mean, over the weight sum
+ * (0/0 = NaN as PyTorch). */
+__device__ void finish(double l, double w, float *loss, unsigned *ticket, double2 *parts, int nthreads) {
+    __shared__ bool last;
+    block_sum2(l, w, nthreads);
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_double2(l, w);
+        last = arrive(ticket) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    l = 0.0;
+    w = 0.0;
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += nthreads) {
+        double2 v = published_d2(parts + i);
+        l += v.x;
+        w += v.y;
+    }
+    block_sum2(l, w, nthreads);
+    if (threadIdx.x == 0) {
+        *loss = XENT_REDUCTION == 1 ? (float)l : w == 0.0 ? qnan() : (float)(l / w);
+        *ticket = 0u;
+    }
+}
+
+__device__ __forceinline__ bool target_bad(long long t, const gargs &k) {
+    return t != k.ignore_index && (t < 0 || t >= k.vocab);
+}
+
+#if ROW_PASS
+/* The row's loss from its merged sums (non-shard), or NaN / 0. */
+__device__ __forceinline__ float row_loss(const acc &a, long long t, float yt, const gargs &k, float lse) {
+    if (t == k.ignore_index) return 0.0f;
+    if (target_bad(t, k)) return qnan();
+    float ls = lse - safe_max(a.m); /* log of the shifted sum */
+    float wt = class_weight(k.weights, t);
+    float loss = (1.0f - k.smoothing) * wt * (ls - (yt - a.m));
+#if XENT_SMOOTHING
+    loss += k.smoothing / (float)k.vocab * (a.sw * ls - a.sy);
+#endif
+#if XENT_ZLOSS
+    loss += k.z_loss * lse * lse;
+#endif
+    return loss;
+}
+#endif
+
+/* One row of this team (or cluster). Returns the row's (loss, weight). */
+__device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity) {
+    const slice l = make_slice(k, row);
+    const bool edges = cluster_rank() == 0;
+    const long long t = (long long)k.targets[row];
+    const bool bad = target_bad(t, k);
+    const int chunk_vecs = XENT_TPR * XENT_ITEMS;
+    const bool held = l.v1 - l.v0 <= chunk_vecs;
+    chunk ch;
+    float lse;
+    double2 out = make_double2(0.0, 0.0);
+#if ROW_PASS
+    /* the target's logit, loaded early so its latency hides under the row's */
+    long long tc = t - k.c0;
+    bool has_t = lane == 0 && edges && !bad && t != k.ignore_index && tc >= 0 && tc < k.c;
+    float yt = has_t ? capped(load_scalar(l.x, tc), k.softcap) : 0.0f;
+    acc a;
+    acc_init(a);
+    for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
+        load_chunk(ch, l, vb, lane, edges && vb == l.v0);
+        chunk_sums(a, ch, l, vb, lane, k);
+        if (vb + chunk_vecs >= l.v1) break;
+    }
+    team_merge(a);
+#if XENT_SPLIT > 1
+    cluster_merge(a, parity);
+#endif
+    lse = safe_max(a.m) + logf(a.s);
+    if (a.m == neg_inf()) lse = neg_inf();
+    if (active && lane == 0 && edges) {
+#if XENT_SHARD
+        float lin = 0.0f;
+        if (t != k.ignore_index && !bad) {
+            lin = (1.0f - k.smoothing) * yt;
+            if (k.smoothing > 0.0f) lin += k.smoothing / (float)k.vocab * (a.sy + a.sw * a.m);
+        }
+        k.stats[row] = lse;
+        k.stats[k.n + row] = lin;
+#else
+        float loss = row_loss(a, t, yt, k, lse);
+        if (bad) atomicOr(k.err, 1);
+#if XENT_LSE
+        k.lse[row] = lse;
+#endif
+#if XENT_REDUCTION == 0
+        k.loss[row] = loss;
+#else
+        float w = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, t);
+        out = make_double2((double)loss, (double)w);
+#endif
+#endif
+    }
+#else
+    lse = k.lse[row];
+    if (active && lane == 0 && edges && bad) atomicOr(k.err, 1);
+#endif
+#if GRAD
+    if (active) {
+        const rowg r = row_grad_terms(k, row, t, lse, bad);
+        if (ROW_PASS && held) {
+            store_chunk_grad(ch, l, l.v0, lane, r, k);
+        } else {
+            for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
+                load_chunk(ch, l, vb, lane, edges && vb == l.v0);
+                store_chunk_grad(ch, l, vb, lane, r, k);
+                if (vb + chunk_vecs >= l.v1) break;
+            }
+        }
+    }
+#endif
+    return out;
+}
+
+extern "C" __global__ void
+#if XENT_SPLIT > 1
+__cluster_dims__(XENT_SPLIT, 1, 1)
+#endif
+__launch_bounds__(XENT_BLOCK) xent_grad(const gargs k) {
+    const int team = threadIdx.x / XENT_TPR, lane = threadIdx.x % XENT_TPR;
+    const long long groups = (k.n + TEAMS - 1) / TEAMS;
+    const long long first = blockIdx.x / XENT_SPLIT, step = gridDim.x / XENT_SPLIT;
+    double l = 0.0, w = 0.0;
+    int parity = 0;
+    for (long long g = first; g < groups; g += step, parity ^= 1) {
+        long long row = g * TEAMS + team;
+        bool active = row < k.n;
+        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity);
+        l += o.x;
+        w += o.y;
+    }
+#if XENT_SPLIT > 1
+    cluster_sync(); /* no block leaves while another reads its shared memory */
+#endif
+#if ROW_PASS && !XENT_SHARD && XENT_REDUCTION != 0
+    finish(l, w, k.loss, (unsigned *)k.ws, (double2 *)(k.ws + PARTS_AT), XENT_BLOCK);
+#endif
+}
+
+#if XENT_REDUCTION == 2 || XENT_WEIGHTS
+/* Before a gradient: the mean's sum of the non-ignored rows' target weights
+ * and the sum W of the class weights, by DENOM_BLOCKS blocks of 256 and the
+ * last of them in a fixed order. */
+extern "C" __global__ void __launch_bounds__(256) xent_grad_denom(const gargs k) {
+    double d = 0.0, W = 0.0;
+    for (long long i = blockIdx.x * 256ll + threadIdx.x; i < k.n; i += 256ll * gridDim.x) {
+        long long t = (long long)k.targets[i];
+        if (t != k.ignore_index && t >= 0 && t < k.vocab) d += class_weight(k.weights, XENT_SHARD ? 0 : t);
+    }
+#if XENT_WEIGHTS
+    for (long long j = blockIdx.x * 256ll + threadIdx.x; j < k.c; j += 256ll * gridDim.x) W += k.weights[j];
+#endif
+    __shared__ bool last;
+    double2 *parts = (double2 *)(k.ws + 32);
+    unsigned *ticket = (unsigned *)(k.ws + 4);
+    block_sum2(d, W, 256);
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_double2(d, W);
+        last = arrive(ticket) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    d = 0.0;
+    W = 0.0;
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += 256) {
+        double2 v = published_d2(parts + i);
+        d += v.x;
+        W += v.y;
+    }
+    block_sum2(d, W, 256);
+    if (threadIdx.x == 0) {
+        double *sums = (double *)(k.ws + 16);
+        sums[0] = d;
+        sums[1] = W;
+        *ticket = 0u;
+    }
+}
+#endif
+
+/* A fused gradient (dloss taken as 1) times dloss, in place: a block takes
+ * rows; a row whose factor is exactly 1 is left alone. */
+extern "C" __global__ void __launch_bounds__(256) xent_grad_rescale(const gargs k) {
+#if XENT_REDUCTION != 0
+    const float f = k.dloss[0];
+    if (f == 1.0f) return;
+#endif
+    for (long long row = blockIdx.x; row < k.n; row += gridDim.x) {
+#if XENT_REDUCTION == 0
+        const float f = k.dloss[row];
+        if (f == 1.0f) continue;
+#endif
+        unsigned char *g = k.grad + (size_t)row * (size_t)k.stride * ESIZE;
+        for (int j = threadIdx.x; j < k.c; j += 256) store_scalar(g, j, load_scalar(g, j) * f);
+    }
+}
+
+/* Shards' partials into each row's loss and global log-sum-exp: stats holds
+ * shards blocks of 2n floats (the rows' lse over the shard, then their
+ * linear part). A thread per row. */
+extern "C" __global__ void __launch_bounds__(256) xent_grad_combine(const gargs k) {
+    double l = 0.0, w = 0.0;
+    for (long long row = blockIdx.x * 256ll + threadIdx.x; row < k.n; row += 256ll * gridDim.x) {
+        float m = neg_inf(), lin = 0.0f;
+        for (int s = 0; s < k.shards; s++) {
+            m = fmaxf(m, k.stats[(size_t)s * 2 * k.n + row]);
+            lin += k.stats[(size_t)s * 2 * k.n + k.n + row];
+        }
+        float sum = 0.0f;
+        for (int s = 0; s < k.shards; s++) sum += exp_shifted(k.stats[(size_t)s * 2 * k.n + row], safe_max(m));
+        float lse = m == neg_inf() ? m : safe_max(m) + logf(sum);
+        long long t = (long long)k.targets[row];
+        bool bad = target_bad(t, k);
+        if (bad) atomicOr(k.err, 1);
+        float loss = t == k.ignore_index ? 0.0f : bad ? qnan() : lse - lin;
+#if XENT_ZLOSS
+        if (t != k.ignore_index) loss += k.z_loss * lse * lse;
+#endif
+        if (k.lse) k.lse[row] = lse;
+#if XENT_REDUCTION == 0
+        k.loss[row] = loss;
+#else
+        l += loss;
+        w += (t == k.ignore_index || bad) ? 0.0 : 1.0;
+#endif
+    }
+#if XENT_REDUCTION != 0
+    finish(l, w, k.loss, (unsigned *)k.ws, (double2 *)(k.ws + PARTS_AT), 256);
+#endif
+}

@@ -1,0 +1,259 @@
+/* check_grad — the training ops without a GPU: the problem checks of the new
+ * fields, the float64 training reference against the forward reference and
+ * against finite differences of its own loss, and the xent_grad family's
+ * heuristic configs and candidates, each compiled by NVRTC for sm_90 without
+ * spills. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "tests/run_suite.h"
+#include "tune/reference.h"
+#include "tune/tune.h"
+#include "xent.h"
+
+/* ---- problem checks: one row a field ---- */
+
+typedef struct bad_case {
+    const char *why;   /* a word the message must hold */
+    void (*set)(xent_problem *p);
+} bad_case;
+
+static void op_unknown(xent_problem *p) { p->op = (xent_op)9; }
+static void z_negative(xent_problem *p) { p->z_loss = -1.0f; }
+static void z_nan(xent_problem *p) { p->z_loss = NAN; }
+static void z_weights(xent_problem *p) { p->z_loss = 1e-4f, p->has_weights = 1; }
+static void cap_negative(xent_problem *p) { p->softcap = -3.0f; }
+static void vocab_small(xent_problem *p) { p->vocab = p->c - 1; }
+static void offset_out(xent_problem *p) { p->vocab = p->c + 10, p->class_offset = 11; }
+static void offset_alone(xent_problem *p) { p->class_offset = 1; }
+static void shard_weights(xent_problem *p) { p->vocab = 2 * p->c, p->has_weights = 1; }
+static void shard_fused(xent_problem *p) { p->vocab = 2 * p->c, p->op = XENT_OP_FUSED; }
+static void combine_zero(xent_problem *p) { p->op = XENT_OP_COMBINE; }
+static void shards_stray(xent_problem *p) { p->shards = 2; }
+
+static const bad_case bad[] = {
+    {"op", op_unknown},          {"z_loss", z_negative},   {"z_loss", z_nan},
+    {"weights", z_weights},      {"softcap", cap_negative}, {"vocab", vocab_small},
+    {"class_offset", offset_out}, {"class_offset", offset_alone}, {"weights", shard_weights},
+    {"shard", shard_fused},      {"shards", combine_zero}, {"shards", shards_stray},
+};
+
+START_TEST(bad_training_fields_are_refused) {
+    xent_problem p;
+    xent_problem_init(&p, 8, 100);
+    bad[_i].set(&p);
+    char why[256] = "";
+    ck_assert_int_eq(xent_problem_check(&p, why, sizeof why), XENT_EINVAL);
+    ck_assert_msg(strstr(why, bad[_i].why), "case %d: '%s' lacks '%s'", _i, why, bad[_i].why);
+}
+END_TEST
+
+START_TEST(good_training_fields_pass) {
+    xent_problem p;
+    xent_problem_init(&p, 8, 100);
+    p.op = XENT_OP_FUSED, p.z_loss = 1e-4f, p.softcap = 30.0f;
+    ck_assert_int_eq(xent_problem_check(&p, NULL, 0), XENT_OK);
+    xent_problem_init(&p, 8, 100);
+    p.vocab = 1000, p.class_offset = 900, p.op = XENT_OP_BACKWARD;
+    ck_assert_int_eq(xent_problem_check(&p, NULL, 0), XENT_OK);
+    xent_problem_init(&p, 8, 1000);
+    p.op = XENT_OP_COMBINE, p.shards = 4;
+    ck_assert_int_eq(xent_problem_check(&p, NULL, 0), XENT_OK);
+}
+END_TEST
+
+/* ---- the reference ---- */
+
+typedef struct ref_case {
+    int64_t n, c;
+    xent_reduction red;
+    int weights;
+    float eps, z, cap;
+} ref_case;
+
+static const ref_case refs[] = {
+    {5, 7, XENT_REDUCE_MEAN, 0, 0, 0, 0},      {4, 9, XENT_REDUCE_SUM, 1, 0, 0, 0},
+    {6, 5, XENT_REDUCE_NONE, 0, 0.2f, 0, 0},   {3, 8, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0},
+    {4, 6, XENT_REDUCE_MEAN, 0, 0, 0.01f, 0},  {5, 6, XENT_REDUCE_SUM, 0, 0, 0, 2.0f},
+    {4, 11, XENT_REDUCE_MEAN, 0, 0.1f, 0.02f, 3.0f},
+};
+
+typedef struct ref_inputs {
+    xent_problem p;
+    float x[128];
+    int64_t t[16];
+    float w[16];
+    float dloss[16];
+} ref_inputs;
+
+static void ref_make(const ref_case *k, ref_inputs *r) {
+    xent_problem_init(&r->p, k->n, k->c);
+    r->p.reduction = k->red;
+    r->p.has_weights = k->weights;
+    r->p.label_smoothing = k->eps;
+    r->p.z_loss = k->z;
+    r->p.softcap = k->cap;
+    unsigned s = 12345;
+    for (int i = 0; i < k->n * k->c; i++) r->x[i] = (float)((s = s * 1103515245u + 12345u) % 1000) / 250.0f - 2.0f;
+    for (int i = 0; i < k->n; i++) r->t[i] = i == 1 ? -100 : (i * 3) % k->c;
+    for (int j = 0; j < k->c; j++) r->w[j] = 0.5f + 0.1f * (float)j;
+    for (int i = 0; i < k->n; i++) r->dloss[i] = k->red == XENT_REDUCE_NONE ? 1.0f + 0.5f * (float)i : 1.5f;
+}
+
+/* The summed loss, weighted by dloss the way the gradient is. */
+static double ref_objective(ref_inputs *r) {
+    double loss[16];
+    ck_assert_int_eq(xent_ref_train(&r->p, r->x, r->t, r->p.has_weights ? r->w : NULL, NULL, loss, NULL, NULL, 1),
+                     XENT_OK);
+    if (r->p.reduction != XENT_REDUCE_NONE) return r->dloss[0] * loss[0];
+    double s = 0;
+    for (int i = 0; i < r->p.n; i++) s += r->dloss[i] * loss[i];
+    return s;
+}
+
+START_TEST(reference_gradient_is_the_derivative) {
+    ref_inputs r;
+    ref_make(&refs[_i], &r);
+    double loss[16], g[128];
+    ck_assert_int_eq(xent_ref_train(&r.p, r.x, r.t, r.p.has_weights ? r.w : NULL, r.dloss, loss, NULL, g, 1), XENT_OK);
+    for (int k = 0; k < r.p.n * r.p.c; k++) {
+        const float h = 1.0f / 64.0f, x0 = r.x[k]; /* exact in fp32 on both sides */
+        r.x[k] = x0 + h;
+        double up = ref_objective(&r);
+        r.x[k] = x0 - h;
+        double down = ref_objective(&r);
+        r.x[k] = x0;
+        double fd = (up - down) / (2.0 * h);
+        ck_assert_msg(fabs(fd - g[k]) <= 2e-3 * (fabs(g[k]) + 1e-2), "case %d element %d: %g, differences %g", _i,
+                      k, g[k], fd);
+    }
+}
+END_TEST
+
+START_TEST(reference_loss_matches_the_forward_reference) {
+    ref_inputs r;
+    ref_make(&refs[_i], &r);
+    if (r.p.z_loss > 0 || r.p.softcap > 0) return; /* the forward reference has neither */
+    double a[16], b[16], la[16], lb[16];
+    const float *w = r.p.has_weights ? r.w : NULL;
+    ck_assert_int_eq(xent_ref_train(&r.p, r.x, r.t, w, NULL, a, la, NULL, 1), XENT_OK);
+    ck_assert_int_eq(xent_ref_forward(&r.p, r.x, r.t, w, b, lb, NULL), XENT_OK);
+    for (int i = 0; i < (r.p.reduction == XENT_REDUCE_NONE ? r.p.n : 1); i++)
+        ck_assert_msg(fabs(a[i] - b[i]) <= 1e-12 * (fabs(b[i]) + 1), "case %d row %d: %g vs %g", _i, i, a[i], b[i]);
+    for (int i = 0; i < r.p.n; i++) ck_assert(fabs(la[i] - lb[i]) <= 1e-12 * (fabs(lb[i]) + 1));
+}
+END_TEST
+
+/* ---- configs: the heuristic fits, candidates exist, kernels compile ---- */
+
+typedef struct prob_case {
+    int64_t n, c;
+    xent_dtype dt;
+    xent_op op;
+    int weights;
+    float eps, z, cap;
+    int64_t vocab, offset;
+    int shards;
+} prob_case;
+
+static const prob_case probs[] = {
+    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
+    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
+    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0},
+    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0},
+    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0},
+    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4},
+    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0},
+};
+
+static void prob_make(const prob_case *k, xent_problem *p) {
+    xent_problem_init(p, k->n, k->c);
+    p->logits = k->dt, p->op = k->op, p->has_weights = k->weights, p->label_smoothing = k->eps;
+    p->z_loss = k->z, p->softcap = k->cap, p->vocab = k->vocab, p->class_offset = k->offset, p->shards = k->shards;
+    ck_assert_int_eq(xent_problem_check(p, NULL, 0), XENT_OK);
+}
+
+START_TEST(grad_heuristic_fits_and_compiles) {
+    xent_problem p;
+    prob_make(&probs[_i], &p);
+    ck_assert_int_eq(xent_problem_family(&p), XENT_FAMILY_GRAD);
+    xent_config cfg;
+    char why[256] = "", text[256];
+    xent_config_heuristic(&p, 132, &cfg);
+    xent_config_format(&cfg, text, sizeof text);
+    ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
+    xent_cubin bin;
+    char err[4096];
+    int rc = xent_kernel_get(&cfg, &p, 90, &bin, err, sizeof err);
+    ck_assert_msg(rc == XENT_OK, "%s: %s", text, err);
+    ck_assert_msg(bin.spill_bytes == 0, "%s: %d bytes spilled", text, bin.spill_bytes);
+    xent_cubin_free(&bin);
+    char *src = xent_render(&cfg, &p);
+    ck_assert_ptr_nonnull(strstr(src, "xent_grad.cu"));
+    free(src);
+}
+END_TEST
+
+START_TEST(grad_candidates_are_legal_and_few) {
+    xent_problem p;
+    prob_make(&probs[_i], &p);
+    if (p.op == XENT_OP_COMBINE || p.op == XENT_OP_RESCALE) return; /* fixed kernels */
+    size_t n = xent_space_enumerate(p.logits, &p, 132, NULL, 0);
+    ck_assert_msg(n > 0 && n < 400, "%zu candidates", n);
+    xent_config *all = calloc(n, sizeof *all);
+    xent_space_enumerate(p.logits, &p, 132, all, n);
+    for (size_t i = 0; i < n; i++) {
+        char why[256];
+        ck_assert_msg(xent_config_fits(&all[i], &p, why, sizeof why), "%s", why);
+        ck_assert_int_le(all[i].split, 8);
+    }
+    free(all);
+}
+END_TEST
+
+/* The grad family refuses the fwd family's knobs and clusters past 8. */
+START_TEST(grad_legality) {
+    static const struct { const char *cfg; int ok; const char *why; } t[] = {
+        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0", 1, ""},
+        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "PASSES"},
+        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=16 PERSIST=0", 0, "cluster"},
+        {"VEC=4 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 0, "TPR == BLOCK"},
+        {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "registers"},
+        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0, "PERSIST"},
+    };
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse(t[_i].cfg, &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_legal_for(&c, XENT_FAMILY_GRAD, XENT_F32, why, sizeof why), t[_i].ok);
+    if (!t[_i].ok) ck_assert_msg(strstr(why, t[_i].why), "'%s' lacks '%s'", why, t[_i].why);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("grad");
+    TCase *tc = tcase_create("problem");
+    tcase_add_loop_test(tc, bad_training_fields_are_refused, 0, (int)(sizeof bad / sizeof bad[0]));
+    tcase_add_test(tc, good_training_fields_pass);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("reference");
+    tcase_add_loop_test(tc, reference_gradient_is_the_derivative, 0, (int)(sizeof refs / sizeof refs[0]));
+    tcase_add_loop_test(tc, reference_loss_matches_the_forward_reference, 0, (int)(sizeof refs / sizeof refs[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("configs");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
+    tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
+    tcase_add_loop_test(tc, grad_legality, 0, 6);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}

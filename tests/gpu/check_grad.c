@@ -1,0 +1,517 @@
+/*
+ * check_grad.c — the GPU suite of the training ops (xent_grad.cu): loss, lse
+ * and gradient of the fused, backward, rescale and shard paths against the
+ * float64 CPU reference (xent_ref_train), over a table of cases; then the
+ * time of the fused and backward plans beside a device copy of the same bytes.
+ *
+ * Each case draws fresh inputs (seed printed; XENT_TEST_SEED repeats it),
+ * poisons every output with NaN bytes, runs the op twice (the sums must be
+ * bitwise equal) and compares:
+ *   loss, lse:  norm-wise relative error <= 1e-5 (the fp32 outputs);
+ *   gradient:   norm-wise relative error <= 1e-5 (fp32), 1e-3 (f16), 8e-3
+ *               (bf16: the output's own rounding is 2^-9 relative);
+ *   ignored rows' gradient exactly 0, the padding of strided rows untouched.
+ * Shards: the vocabulary is cut into k column shards; each runs its forward
+ * into stats, XENT_OP_COMBINE gives the loss and the global lse, each shard's
+ * backward its columns; the whole must equal the unsharded reference.
+ *
+ * CK_EXCLUDE_TAGS=perf leaves the timing out.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+#include "tests/run_suite.h"
+#include "tune/reference.h"
+#include "xent.h"
+
+enum { FUSED, BACKWARD, FORWARD, RESCALE, SHARDS };
+
+typedef struct gcase {
+    const char *name;
+    int64_t n, c, pad;         /* row_stride = c + pad */
+    xent_dtype dt;
+    xent_index it;
+    xent_reduction red;
+    int weights;
+    float eps, z, cap;
+    int kind;                  /* FUSED, ... */
+    int inplace;               /* the gradient over the logits */
+    int shards;
+    float dloss;               /* 0: none given (fused), else its value */
+    int offset;                /* logits pointer this many elements past an aligned start */
+    const char *config;        /* NULL: the plan's own */
+} gcase;
+
+static const gcase cases[] = {
+    {"fused f32 mean", 257, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f32 4096", 300, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f32 sum dloss", 64, 4096, 0, XENT_F32, XENT_I32, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 0, 0, 2.5f, 0, NULL},
+    {"fused f32 none dloss", 64, 777, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, FUSED, 0, 0, 0.5f, 0, NULL},
+    {"fused bf16 50257", 40, 50257, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f16 weights smooth", 100, 3000, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f32 weights sum", 100, 513, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f32 smooth none", 50, 2000, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0.2f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused z-loss", 128, 1024, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 1e-3f, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused softcap", 128, 1500, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 3.0f, FUSED, 0, 0, 0, 0, NULL},
+    {"fused bf16 softcap z smooth", 64, 5000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-4f, 30.0f, FUSED, 0, 0, 0, 0, NULL},
+    {"fused in place bf16", 64, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0, NULL},
+    {"fused in place f32 odd", 33, 1001, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 1, 0, 0, 0, NULL},
+    {"fused strided unaligned", 77, 999, 5, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 3, NULL},
+    {"fused bf16 strided unaligned", 77, 2049, 3, XENT_BF16, XENT_I32, XENT_REDUCE_MEAN, 0, 0.05f, 0, 0, FUSED, 0, 0, 0, 1, NULL},
+    {"fused tiny c", 1000, 10, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused c=1", 17, 1, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused n=1 big c", 1, 300000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused long rows re-read", 16, 200000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused cluster 4", 64, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0"},
+    {"fused cluster 8 loop", 8, 100000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=0"},
+    {"fused warp teams", 500, 100, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=2 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"},
+    {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0, NULL},
+    {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0, NULL},
+    {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f, 0, NULL},
+    {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f, 0, NULL},
+    {"forward z softcap", 100, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0, NULL},
+    {"rescale mean", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.3f, 0, NULL},
+    {"rescale none", 64, 2048, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, RESCALE, 0, 0, 2.0f, 0, NULL},
+    {"rescale by one", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 1.0f, 0, NULL},
+    {"shards 2", 100, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, SHARDS, 0, 2, 1.0f, 0, NULL},
+    {"shards 3 bf16 smooth z", 64, 10001, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 1e-3f, 0, SHARDS, 0, 3, 2.0f, 0, NULL},
+    {"shards 4 none softcap", 50, 4000, 0, XENT_F32, XENT_I32, XENT_REDUCE_NONE, 0, 0, 0, 15.0f, SHARDS, 0, 4, 0.5f, 0, NULL},
+};
+
+static struct {
+    xent_context *ctx;
+    const xent_driver *d;
+    uint64_t seed;
+} G;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double urand(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+
+#define CU(call) ck_assert_msg((call) == CUDA_SUCCESS, "%s failed", #call)
+#define XE(call)                                                                                     \
+    do {                                                                                             \
+        int rc_ = (call);                                                                            \
+        ck_assert_msg(rc_ == XENT_OK, "%s: %s: %s", #call, xent_errstr(rc_), xent_errmsg(G.ctx));   \
+    } while (0)
+
+static void setup(void) {
+    int rc = xent_context_create(&G.ctx, 0);
+    ck_assert_msg(rc == XENT_OK, "no GPU context: %s: %s", xent_errstr(rc), xent_errmsg(G.ctx));
+    G.d = G.ctx->drv;
+    CU(G.d->CtxPushCurrent(G.ctx->cuctx));
+}
+static void teardown(void) {
+    CUcontext c;
+    G.d->CtxPopCurrent(&c);
+    xent_context_destroy(G.ctx);
+}
+
+static size_t esz(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
+
+static void put_logit(void *buf, xent_dtype d, int64_t k, float v) {
+    if (d == XENT_F32) ((float *)buf)[k] = v;
+    else ((uint16_t *)buf)[k] = d == XENT_F16 ? xent_float_to_half(v) : xent_float_to_bf16(v);
+}
+static double get_elem(const void *buf, xent_dtype d, int64_t k) {
+    if (d == XENT_F32) return ((const float *)buf)[k];
+    uint16_t h = ((const uint16_t *)buf)[k];
+    return d == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
+}
+
+/* Host inputs of a case. */
+typedef struct inputs {
+    xent_problem p;
+    void *logits, *targets;
+    float *weights;
+    size_t lbytes, tbytes;
+} inputs;
+
+static void make_inputs(const gcase *k, uint64_t seed, inputs *in) {
+    xent_problem_init(&in->p, k->n, k->c);
+    in->p.row_stride = k->c + k->pad;
+    in->p.logits = k->dt;
+    in->p.targets = k->it;
+    in->p.reduction = k->red;
+    in->p.label_smoothing = k->eps;
+    in->p.z_loss = k->z;
+    in->p.softcap = k->cap;
+    in->p.has_weights = k->weights;
+    uint64_t s = seed;
+    in->lbytes = (size_t)(k->n * in->p.row_stride + k->offset) * esz(k->dt);
+    in->logits = malloc(in->lbytes);
+    for (int64_t i = 0; i < k->n * in->p.row_stride + k->offset; i++)
+        put_logit(in->logits, k->dt, i, (float)(urand(&s) * 10.0 - 5.0) * (k->cap > 0 ? 8.0f : 1.0f));
+    in->tbytes = (size_t)k->n * (k->it == XENT_I64 ? 8 : 4);
+    in->targets = malloc(in->tbytes);
+    for (int64_t i = 0; i < k->n; i++) {
+        int64_t t = urand(&s) < 0.1 ? -100 : (int64_t)(urand(&s) * (double)k->c);
+        if (k->it == XENT_I64) ((int64_t *)in->targets)[i] = t;
+        else ((int32_t *)in->targets)[i] = (int32_t)t;
+    }
+    in->weights = NULL;
+    if (k->weights) {
+        in->weights = malloc((size_t)k->c * sizeof(float));
+        for (int64_t j = 0; j < k->c; j++) in->weights[j] = (float)(0.5 + 1.5 * urand(&s));
+    }
+}
+
+static CUdeviceptr dev_copy(const void *host, size_t bytes) {
+    CUdeviceptr d;
+    CU(G.d->MemAlloc(&d, bytes ? bytes : 4));
+    if (host) CU(G.d->MemcpyHtoD(d, host, bytes));
+    else CU(G.d->MemsetD8(d, 0xFF, bytes));
+    return d;
+}
+
+static void *host_copy(CUdeviceptr d, size_t bytes) {
+    void *h = malloc(bytes);
+    CU(G.d->MemcpyDtoH(h, d, bytes));
+    return h;
+}
+
+static double vec_err(const float *a, const double *b, int64_t n) { return xent_rel_err_vec(a, b, n); }
+
+/* Norm-wise error of the device gradient against the reference; padding and
+ * ignored rows checked exactly. */
+static double grad_err(const gcase *k, const inputs *in, const void *g, const double *ref) {
+    double num = 0, den = 0;
+    const int64_t stride = in->p.row_stride;
+    for (int64_t i = 0; i < k->n; i++) {
+        int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
+        for (int64_t j = 0; j < k->c; j++) {
+            double v = get_elem(g, k->dt, k->offset + i * stride + j), r = ref[i * k->c + j];
+            if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
+            ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
+            num += (v - r) * (v - r);
+            den += r * r;
+        }
+        if (!k->inplace)
+            for (int64_t j = k->c; j < stride; j++)
+                ck_assert_msg(((const unsigned char *)g)[(k->offset + i * stride + j) * esz(k->dt)] == 0xFF,
+                              "%s: padding of row %lld written", k->name, (long long)i);
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double grad_tol(xent_dtype d) { return d == XENT_F32 ? 1e-5 : d == XENT_F16 ? 1e-3 : 8e-3; }
+
+static int make_plan(const gcase *k, const xent_problem *p, xent_plan **plan) {
+    if (!k->config) return xent_plan_get(G.ctx, p, plan);
+    xent_config cfg;
+    char why[256];
+    ck_assert_msg(xent_config_parse(k->config, &cfg, why, sizeof why) == XENT_OK, "%s", why);
+    ck_assert_msg(xent_config_fits(&cfg, p, why, sizeof why), "%s: %s", k->name, why);
+    return xent_plan_build(G.ctx, p, &cfg, XENT_SOURCE_EXPLICIT, plan);
+}
+
+/* Device buffers of one case. */
+typedef struct dev {
+    CUdeviceptr logits, targets, weights, loss, lse, grad, dloss, stats;
+} dev;
+
+static void run_op(const gcase *k, xent_problem p, const dev *d, xent_op op, const float *dl) {
+    xent_plan *plan;
+    p.op = op;
+    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS;
+    XE(own ? make_plan(k, &p, &plan) : xent_plan_get(G.ctx, &p, &plan));
+    size_t off = (size_t)k->offset * esz(k->dt);
+    xent_args a = {0};
+    a.logits = (void *)(d->logits + off);
+    a.targets = (void *)d->targets;
+    a.weights = p.has_weights ? (float *)d->weights : NULL;
+    a.loss = (float *)d->loss;
+    a.lse = (p.write_lse || op == XENT_OP_BACKWARD) ? (float *)d->lse : NULL;
+    if (op != XENT_OP_FORWARD) a.grad = (void *)((k->inplace ? d->logits : d->grad) + off);
+    a.dloss = dl;
+    XE(xent_plan_launch(plan, NULL, &a));
+    CU(G.d->StreamSynchronize(NULL));
+    if (own) xent_plan_destroy(plan);
+}
+
+static size_t nloss(const gcase *k) { return k->red == XENT_REDUCE_NONE ? (size_t)k->n : 1; }
+
+static void check_case(const gcase *k) {
+    inputs in;
+    make_inputs(k, G.seed + (uint64_t)(k - cases) * 7919, &in);
+    const int64_t n = k->n, c = k->c;
+    double *lref = malloc(nloss(k) * sizeof(double)), *lseref = malloc(n * sizeof(double));
+    double *gref = malloc((size_t)(n * c) * sizeof(double));
+    float *hd = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) hd[i] = k->dloss != 0 ? k->dloss * (k->red == XENT_REDUCE_NONE ? (float)(1 + i % 3) : 1.0f) : 1.0f;
+    ck_assert_int_eq(xent_ref_train(&in.p, in.logits, in.targets, in.weights, hd, lref, lseref, gref, 1), XENT_OK);
+
+    dev d;
+    d.logits = dev_copy(in.logits, in.lbytes);
+    d.targets = dev_copy(in.targets, in.tbytes);
+    d.weights = dev_copy(in.weights, k->weights ? (size_t)c * 4 : 4);
+    d.loss = dev_copy(NULL, nloss(k) * 4);
+    d.lse = dev_copy(NULL, (size_t)n * 4);
+    d.grad = dev_copy(NULL, in.lbytes);
+    d.dloss = dev_copy(hd, (size_t)n * 4);
+    d.stats = dev_copy(NULL, (size_t)(k->shards ? k->shards : 1) * 2 * n * 4);
+    xent_problem p = in.p;
+    p.write_lse = 1;
+    const float *dl = k->dloss != 0 ? (const float *)d.dloss : NULL;
+    if (k->kind == FUSED) {
+        run_op(k, p, &d, XENT_OP_FUSED, dl);
+        if (k->red != XENT_REDUCE_NONE && !k->inplace) { /* same plan, same inputs: same bits */
+            float first;
+            CU(G.d->MemcpyDtoH(&first, d.loss, 4));
+            run_op(k, p, &d, XENT_OP_FUSED, dl);
+            float again;
+            CU(G.d->MemcpyDtoH(&again, d.loss, 4));
+            ck_assert_msg(!memcmp(&first, &again, 4), "%s: loss %a then %a", k->name, first, again);
+        }
+    } else if (k->kind == BACKWARD) {
+        run_op(k, p, &d, XENT_OP_FORWARD, NULL);
+        run_op(k, p, &d, XENT_OP_BACKWARD, dl);
+    } else if (k->kind == FORWARD) {
+        run_op(k, p, &d, XENT_OP_FORWARD, NULL);
+    } else if (k->kind == RESCALE) {
+        run_op(k, p, &d, XENT_OP_FUSED, NULL);
+        xent_problem r = in.p;
+        run_op(k, r, &d, XENT_OP_RESCALE, dl);
+    } else {
+        int64_t w = (c + k->shards - 1) / k->shards;
+        for (int s = 0; s < k->shards; s++) {
+            xent_problem sp = in.p;
+            sp.class_offset = s * w;
+            sp.c = (s + 1) * w < c ? w : c - s * w;
+            sp.vocab = c;
+            xent_plan *plan;
+            sp.op = XENT_OP_FORWARD;
+            XE(xent_plan_get(G.ctx, &sp, &plan));
+            xent_args a = {0};
+            a.logits = (void *)(d.logits + (size_t)(k->offset + s * w) * esz(k->dt));
+            a.targets = (void *)d.targets;
+            a.stats = (float *)(d.stats + (size_t)s * 2 * n * 4);
+            XE(xent_plan_launch(plan, NULL, &a));
+        }
+        xent_problem cp = in.p;
+        cp.op = XENT_OP_COMBINE;
+        cp.shards = k->shards;
+        cp.write_lse = 1;
+        xent_plan *plan;
+        XE(xent_plan_get(G.ctx, &cp, &plan));
+        xent_args a = {0};
+        a.targets = (void *)d.targets;
+        a.stats = (float *)d.stats;
+        a.loss = (float *)d.loss;
+        a.lse = (float *)d.lse;
+        XE(xent_plan_launch(plan, NULL, &a));
+        for (int s = 0; s < k->shards; s++) {
+            xent_problem sp = in.p;
+            sp.class_offset = s * w;
+            sp.c = (s + 1) * w < c ? w : c - s * w;
+            sp.vocab = c;
+            sp.op = XENT_OP_BACKWARD;
+            XE(xent_plan_get(G.ctx, &sp, &plan));
+            xent_args b = {0};
+            size_t off = (size_t)(k->offset + s * w) * esz(k->dt);
+            b.logits = (void *)(d.logits + off);
+            b.grad = (void *)(d.grad + off);
+            b.targets = (void *)d.targets;
+            b.lse = (float *)d.lse;
+            b.dloss = (const float *)d.dloss;
+            XE(xent_plan_launch(plan, NULL, &b));
+        }
+        CU(G.d->StreamSynchronize(NULL));
+    }
+    if (k->kind != BACKWARD && k->kind != RESCALE) {
+        float *loss = host_copy(d.loss, nloss(k) * 4);
+        double e = vec_err(loss, lref, (int64_t)nloss(k));
+        ck_assert_msg(e <= 1e-5, "%s: loss error %.3g (got %g, want %g)", k->name, e, loss[0], lref[0]);
+        free(loss);
+        float *lse = host_copy(d.lse, (size_t)n * 4);
+        e = vec_err(lse, lseref, n);
+        ck_assert_msg(e <= 1e-5, "%s: lse error %.3g", k->name, e);
+        free(lse);
+    }
+    if (k->kind != FORWARD) {
+        void *g = host_copy(k->inplace ? d.logits : d.grad, in.lbytes);
+        double e = grad_err(k, &in, g, gref);
+        ck_assert_msg(e <= grad_tol(k->dt), "%s: gradient error %.3g > %.1g", k->name, e, grad_tol(k->dt));
+        printf("  %-32s gradient error %.2e\n", k->name, e);
+        free(g);
+    }
+    CUdeviceptr all[] = {d.logits, d.targets, d.weights, d.loss, d.lse, d.grad, d.dloss, d.stats};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G.d->MemFree(all[i]);
+    free(in.logits);
+    free(in.targets);
+    free(in.weights);
+    free(lref);
+    free(lseref);
+    free(gref);
+    free(hd);
+}
+
+START_TEST(training_ops_match_the_reference) { check_case(&cases[_i]); }
+END_TEST
+
+/* Refusals the launch must give rather than a wrong result. */
+START_TEST(bad_arguments_are_refused) {
+    xent_problem p;
+    xent_problem_init(&p, 4, 100);
+    p.op = XENT_OP_BACKWARD;
+    xent_plan *plan;
+    XE(xent_plan_get(G.ctx, &p, &plan));
+    CUdeviceptr b = dev_copy(NULL, 4096);
+    xent_args a = {0};
+    a.logits = (void *)b;
+    a.targets = (void *)b;
+    a.grad = (void *)b;
+    a.dloss = (const float *)b;
+    ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_EINVAL); /* no lse */
+    ck_assert_ptr_nonnull(strstr(xent_errmsg(G.ctx), "lse"));
+    a.lse = (float *)b;
+    a.grad = (void *)(b + 4);
+    ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_EINVAL); /* another 16-byte phase */
+    ck_assert_ptr_nonnull(strstr(xent_errmsg(G.ctx), "phase"));
+    G.d->MemFree(b);
+}
+END_TEST
+
+/* µs per call back to back, median of 7 batches. */
+static double time_plan(xent_plan *plan, const xent_args *a, int reps) {
+    CUevent e0, e1;
+    CU(G.d->EventCreate(&e0, 0));
+    CU(G.d->EventCreate(&e1, 0));
+    double t[7];
+    for (int r = 0; r < 8; r++) {
+        CU(G.d->EventRecord(e0, NULL));
+        for (int i = 0; i < reps; i++) XE(xent_plan_launch(plan, NULL, a));
+        CU(G.d->EventRecord(e1, NULL));
+        CU(G.d->EventSynchronize(e1));
+        float ms;
+        CU(G.d->EventElapsedTime(&ms, e0, e1));
+        if (r) t[r - 1] = ms * 1000.0 / reps;
+    }
+    for (int i = 0; i < 7; i++)
+        for (int j = i + 1; j < 7; j++)
+            if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
+    G.d->EventDestroy(e0);
+    G.d->EventDestroy(e1);
+    return t[3];
+}
+
+static double time_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, int reps) {
+    CUevent e0, e1;
+    CU(G.d->EventCreate(&e0, 0));
+    CU(G.d->EventCreate(&e1, 0));
+    double best = 1e30;
+    for (int r = 0; r < 8; r++) {
+        CU(G.d->EventRecord(e0, NULL));
+        for (int i = 0; i < reps; i++) CU(G.d->MemcpyDtoDAsync(dst, src, bytes, NULL));
+        CU(G.d->EventRecord(e1, NULL));
+        CU(G.d->EventSynchronize(e1));
+        float ms;
+        CU(G.d->EventElapsedTime(&ms, e0, e1));
+        if (r && ms * 1000.0 / reps < best) best = ms * 1000.0 / reps;
+    }
+    G.d->EventDestroy(e0);
+    G.d->EventDestroy(e1);
+    return best;
+}
+
+static const struct { int64_t n, c; xent_dtype dt; } perf_shapes[] = {
+    {32768, 4096, XENT_F32}, {32768, 4096, XENT_BF16}, {16384, 50257, XENT_F32}, {8192, 128256, XENT_BF16}};
+
+/* Fused and backward plans of the benchmark shapes against a copy of the logits' bytes. */
+START_TEST(time_fused_and_backward) {
+    const char *cfgs = getenv("XENT_GRAD_CONFIGS"); /* optional: ';'-separated configs to time too */
+    int s = _i;
+    xent_problem p;
+    xent_problem_init(&p, perf_shapes[s].n, perf_shapes[s].c);
+    p.logits = perf_shapes[s].dt;
+    size_t bytes = (size_t)(p.n * p.c) * esz(p.logits);
+    uint64_t seed = 1;
+    void *h = malloc(bytes);
+    for (size_t i = 0; i < (size_t)(p.n * p.c); i++) put_logit(h, p.logits, (int64_t)i, (float)urand(&seed));
+    int64_t *t = malloc((size_t)p.n * 8);
+    for (int64_t i = 0; i < p.n; i++) t[i] = (int64_t)(urand(&seed) * (double)p.c);
+    dev d = {0};
+    d.logits = dev_copy(h, bytes);
+    d.targets = dev_copy(t, (size_t)p.n * 8);
+    d.grad = dev_copy(NULL, bytes);
+    d.loss = dev_copy(NULL, 4);
+    d.lse = dev_copy(NULL, (size_t)p.n * 4);
+    float one = 1.0f;
+    d.dloss = dev_copy(&one, 4);
+    int reps = bytes > 1000000000 ? 10 : 40;
+    double copy = time_copy(d.grad, d.logits, bytes, reps);
+    xent_args a = {0};
+    a.logits = (void *)d.logits;
+    a.targets = (void *)d.targets;
+    a.loss = (float *)d.loss;
+    a.grad = (void *)d.grad;
+    a.lse = (float *)d.lse;
+    a.dloss = (const float *)d.dloss;
+    printf("%lldx%lld %s: copy %.1f us (%.2f TB/s)\n", (long long)p.n, (long long)p.c,
+           p.logits == XENT_F32 ? "f32" : "bf16", copy, 2.0 * (double)bytes / copy * 1e-6);
+    xent_op ops[] = {XENT_OP_FUSED, XENT_OP_BACKWARD};
+    for (int o = 0; o < 2; o++) {
+        p.op = ops[o];
+        p.write_lse = ops[o] == XENT_OP_FUSED ? 0 : 0;
+        xent_args b = a;
+        if (ops[o] == XENT_OP_FUSED) b.lse = NULL;
+        xent_plan *plan;
+        XE(xent_plan_get(G.ctx, &p, &plan));
+        char desc[512];
+        xent_plan_describe(plan, desc, sizeof desc);
+        double us = time_plan(plan, &b, reps);
+        printf("  %-8s %8.1f us  %.3fx copy  %s\n", o ? "backward" : "fused", us, us / copy, desc);
+        for (const char *c = cfgs; c && *c;) {
+            char text[256];
+            size_t len = strcspn(c, ";");
+            snprintf(text, sizeof text, "%.*s", (int)len, c);
+            c += len + (c[len] == ';');
+            xent_config cfg;
+            xent_plan *alt;
+            if (xent_config_parse(text, &cfg, NULL, 0) || !xent_config_fits(&cfg, &p, NULL, 0)) continue;
+            if (xent_plan_build(G.ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &alt)) continue;
+            us = time_plan(alt, &b, reps);
+            printf("  %-8s %8.1f us  %.3fx copy  %s regs=%d grid=%u\n", o ? "backward" : "fused", us, us / copy,
+                   text, alt->registers, alt->grid);
+            xent_plan_destroy(alt);
+        }
+    }
+    CUdeviceptr all[] = {d.logits, d.targets, d.grad, d.loss, d.lse, d.dloss};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G.d->MemFree(all[i]);
+    free(h);
+    free(t);
+}
+END_TEST
+
+int main(void) {
+    const char *e = getenv("XENT_TEST_SEED");
+    G.seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
+    printf("check_grad: XENT_TEST_SEED=%llu\n", (unsigned long long)G.seed);
+    Suite *s = suite_create("grad");
+    TCase *tc = tcase_create("ops");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, training_ops_match_the_reference, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, bad_arguments_are_refused);
+    suite_add_tcase(s, tc);
+    TCase *perf = tcase_create("perf");
+    tcase_add_checked_fixture(perf, setup, teardown);
+    tcase_set_timeout(perf, 600);
+    tcase_set_tags(perf, "perf");
+    tcase_add_loop_test(perf, time_fused_and_backward, 0, (int)(sizeof perf_shapes / sizeof perf_shapes[0]));
+    suite_add_tcase(s, perf);
+    return run_suite(s);
+}
