@@ -227,6 +227,8 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
         return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
+    /* long rows: also one block a row, read twice (the second read from L2) */
+    if (p->c > 16384 && c->split == 1 && c->tpr >= 256 && cap < p->c) return 1;
     if (p->c <= most) return cap >= p->c && cap < 4 * p->c && (c->split == 1 || c->tpr >= 256);
     return c->tpr == 512 && c->split == MAX_GRAD_SPLIT;
 }

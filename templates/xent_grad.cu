@@ -109,6 +109,13 @@
 #define DENOM_BLOCKS 256
 #define PARTS_AT (32 + 16 * DENOM_BLOCKS)
 #define GRAD (XENT_MODE != 0)
+/* Blocks a multiprocessor should hold, so that warps of other rows hide a
+ * row's reduction and barrier: a register cap of 48 plus two a word of the
+ * chunk (ptxas -v: the chunk's words live across the reduction, and fewer
+ * spilled). */
+#define CHUNK_WORDS (XENT_ITEMS * VWORDS)
+#define REG_CAP (48 + 2 * CHUNK_WORDS)
+#define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
 #if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
@@ -462,14 +469,16 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++) cm = fmaxf(cm, edge_y(ch, q, k.softcap));
     acc_rebase(a, fmaxf(a.m, cm));
-    const float m = safe_max(a.m);
+    /* one FFMA and one ex2 a term: the rounding of m * log2e shifts every
+     * term of the row alike, and lse is formed with the same rounding */
+    const float ml2 = safe_max(a.m) * LOG2E;
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) {
             float y = y_of(ch, i, j, v < l.v1, k.softcap);
-            a.s += exp_shifted(y, m);
+            a.s += fast_exp2(fmaf(y, LOG2E, -ml2));
 #if XENT_SMOOTHING || XENT_SHARD
             if (v < l.v1) {
                 float w = class_weight(k.weights, vec_class(l, v, j));
@@ -482,7 +491,7 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
         float y = edge_y(ch, q, k.softcap);
-        a.s += exp_shifted(y, m);
+        a.s += fast_exp2(fmaf(y, LOG2E, -ml2));
 #if XENT_SMOOTHING || XENT_SHARD
         if (ch.ej[q] >= 0) {
             float w = class_weight(k.weights, ch.ej[q]);
@@ -494,65 +503,113 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 }
 #endif
 
-/* What the gradient of a row needs besides its logits. */
+/* What the gradient of a row needs besides its logits. Every element but
+ * the target's takes f (A p_j - eps/C w_j); the target's is rewritten after. */
 struct rowg {
-    float lse;   /* the (global) log-sum-exp */
-    float f;     /* the row's factor: dloss, over the weight sum for a mean; 0 ignored, NaN bad */
-    float a;     /* A of the header */
-    float onehot;/* (1-eps) w_t */
-    float eps_c; /* eps / C */
-    long long t; /* the target's column in this slice, or -1 */
+    float lse2;  /* lse * log2e: p_j = 2^(y_j log2e - lse2) */
+    float fa;    /* f A */
+    float fe;    /* f eps / C (times w_j with weights) */
+    float ft;    /* f (1-eps) w_t: subtracted at the target */
+    long long t; /* the target's column in this slice's row, or -1 */
+    float xt;    /* the target's logit, read before any gradient store (in place) */
 };
 
 __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
     float y = capped(x, k.softcap);
-    float p = exp_shifted(y, r.lse);
-    float g = r.a * p - (col == r.t ? r.onehot : 0.0f);
+    float p = fast_exp2(fmaf(y, LOG2E, -r.lse2));
 #if XENT_SMOOTHING
-    g -= r.eps_c * class_weight(k.weights, col);
+    float g = fmaf(r.fa, p, -r.fe * class_weight(k.weights, col));
+#else
+    float g = r.fa * p;
 #endif
 #if XENT_SOFTCAP
     float u = y / k.softcap;
     g *= 1.0f - u * u;
 #endif
-    return r.f * g;
+    return g;
 }
 
-__device__ __forceinline__ void store_chunk_grad(chunk &ch, const slice &l, int vb, int lane, const rowg &r,
-                                                 const gargs &k) {
+/* The target's element: the one-hot term too. */
+__device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
+    float y = capped(r.xt, k.softcap);
+    float p = fast_exp2(fmaf(y, LOG2E, -r.lse2));
+    float g = fmaf(r.fa, p, -r.ft);
+#if XENT_SMOOTHING
+    g -= r.fe * class_weight(k.weights, r.t);
+#endif
+#if XENT_SOFTCAP
+    float u = y / k.softcap;
+    g *= 1.0f - u * u;
+#endif
+    return g;
+}
+
+/* Two fp32 values into one word of the logits' 16-bit type, one instruction. */
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned w;
+#if XENT_LOGIT == 1
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+#endif
+    return w;
+}
+
+__device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
+                                                 const gargs &k, bool active) {
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
-        if (v >= l.v1) continue;
+        if (!active || v >= l.v1) continue;
         unsigned o[VWORDS];
+#if XENT_LOGIT == 0
 #pragma unroll
-        for (int j = 0; j < XENT_VEC; j++) set_elem(o, j, grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k));
+        for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k));
+#else
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j += 2)
+            o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k),
+                             grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k));
+#endif
         store_vec(l.g + (size_t)l.head * ESIZE + (size_t)v * VBYTES, o);
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
-        if (ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+}
+
+/* Whether this block's slice holds column col (edges belong to rank 0). */
+__device__ __forceinline__ bool slice_holds(const slice &l, long long col) {
+    if (col < 0) return false;
+    if (col < l.head || col >= l.head + (long long)l.nvec * XENT_VEC) return cluster_rank() == 0;
+    long long v = (col - l.head) / XENT_VEC;
+    return v >= l.v0 && v < l.v1;
 }
 
 __device__ __forceinline__ const double *ws_sums(const gargs &k) { return (const double *)(k.ws + 16); }
 
 /* The factor, A and the one-hot term of a row with target t (vocabulary
  * index) and log-sum-exp lse. */
-__device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, long long t, float lse, bool bad) {
+__device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, long long t, float lse, bool bad,
+                                               float xt) {
     rowg r;
-    r.lse = lse;
-    r.eps_c = k.smoothing / (float)k.vocab;
+    r.lse2 = lse * LOG2E;
+    float eps_c = k.smoothing / (float)k.vocab;
     r.t = t - k.c0;
-    if (r.t < 0 || r.t >= k.c) r.t = -1;
+    if (t == k.ignore_index || bad || r.t < 0 || r.t >= k.c) r.t = -1;
     float wt = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, XENT_SHARD ? 0 : t);
     float W = XENT_WEIGHTS ? (float)ws_sums(k)[1] : (float)k.vocab;
-    r.onehot = (1.0f - k.smoothing) * wt;
-    r.a = r.onehot + r.eps_c * W + (XENT_ZLOSS ? 2.0f * k.z_loss * lse : 0.0f);
+    float onehot = (1.0f - k.smoothing) * wt;
+    float a = onehot + eps_c * W + (XENT_ZLOSS ? 2.0f * k.z_loss * lse : 0.0f);
     float f = k.dloss ? k.dloss[XENT_REDUCTION == 0 ? row : 0] : 1.0f;
 #if XENT_REDUCTION == 2
     f = (float)((double)f / ws_sums(k)[0]);
 #endif
-    r.f = t == k.ignore_index ? 0.0f : bad ? qnan() : f;
+    f = t == k.ignore_index ? 0.0f : bad ? qnan() : f;
+    r.fa = f * a;
+    r.fe = f * eps_c;
+    r.ft = f * onehot;
+    r.xt = xt;
     return r;
 }
 
@@ -641,6 +698,15 @@ __device__ __forceinline__ float row_loss(const acc &a, long long t, float yt, c
 }
 #endif
 
+/* Orders a team's gradient stores before the target's rewrite. */
+__device__ __forceinline__ void team_barrier() {
+#if XENT_TPR > 32
+    __syncthreads();
+#else
+    __syncwarp();
+#endif
+}
+
 /* One row of this team (or cluster). Returns the row's (loss, weight). */
 __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity) {
     const slice l = make_slice(k, row);
@@ -649,14 +715,15 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     const bool bad = target_bad(t, k);
     const int chunk_vecs = XENT_TPR * XENT_ITEMS;
     const bool held = l.v1 - l.v0 <= chunk_vecs;
+    /* the target's logit, loaded first: its latency hides under the row's,
+     * and an in-place gradient has not overwritten it yet */
+    const long long tc = t - k.c0;
+    const bool has_t = lane == 0 && !bad && t != k.ignore_index && tc >= 0 && tc < k.c && (edges || GRAD);
+    const float xt = has_t ? load_scalar(l.x, tc) : 0.0f;
     chunk ch;
     float lse;
     double2 out = make_double2(0.0, 0.0);
 #if ROW_PASS
-    /* the target's logit, loaded early so its latency hides under the row's */
-    long long tc = t - k.c0;
-    bool has_t = lane == 0 && edges && !bad && t != k.ignore_index && tc >= 0 && tc < k.c;
-    float yt = has_t ? capped(load_scalar(l.x, tc), k.softcap) : 0.0f;
     acc a;
     acc_init(a);
     for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
@@ -668,8 +735,8 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if XENT_SPLIT > 1
     cluster_merge(a, parity);
 #endif
-    lse = safe_max(a.m) + logf(a.s);
-    if (a.m == neg_inf()) lse = neg_inf();
+    lse = a.m == neg_inf() ? neg_inf() : safe_max(a.m) + logf(a.s);
+    const float yt = capped(xt, k.softcap);
     if (active && lane == 0 && edges) {
 #if XENT_SHARD
         float lin = 0.0f;
@@ -698,18 +765,18 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     if (active && lane == 0 && edges && bad) atomicOr(k.err, 1);
 #endif
 #if GRAD
-    if (active) {
-        const rowg r = row_grad_terms(k, row, t, lse, bad);
-        if (ROW_PASS && held) {
-            store_chunk_grad(ch, l, l.v0, lane, r, k);
-        } else {
-            for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
-                load_chunk(ch, l, vb, lane, edges && vb == l.v0);
-                store_chunk_grad(ch, l, vb, lane, r, k);
-                if (vb + chunk_vecs >= l.v1) break;
-            }
+    const rowg r = row_grad_terms(k, row, t, lse, bad, xt);
+    if (ROW_PASS && held) {
+        store_chunk_grad(ch, l, l.v0, lane, r, k, active);
+    } else {
+        for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
+            load_chunk(ch, l, vb, lane, edges && vb == l.v0);
+            store_chunk_grad(ch, l, vb, lane, r, k, active);
+            if (vb + chunk_vecs >= l.v1) break;
         }
     }
+    team_barrier();
+    if (active && has_t && slice_holds(l, r.t)) store_scalar(l.g, r.t, grad_at_target(r, k));
 #endif
     return out;
 }
@@ -718,7 +785,7 @@ extern "C" __global__ void
 #if XENT_SPLIT > 1
 __cluster_dims__(XENT_SPLIT, 1, 1)
 #endif
-__launch_bounds__(XENT_BLOCK) xent_grad(const gargs k) {
+__launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
     const int team = threadIdx.x / XENT_TPR, lane = threadIdx.x % XENT_TPR;
     const long long groups = (k.n + TEAMS - 1) / TEAMS;
     const long long first = blockIdx.x / XENT_SPLIT, step = gridDim.x / XENT_SPLIT;
