@@ -256,8 +256,8 @@ def _fused_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_in
         return (loss.float(), lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32),
                 g.to(input.dtype))
     _check_inputs(input, target, weight)
-    if not _aligned(input):
-        raise ValueError("xent::fused needs contiguous, 16-byte aligned logits (xent.cross_entropy copies them)")
+    if not _aligned(input):  # the new gradient must share the logits' row stride and 16-byte phase
+        input = input.contiguous() if not input.is_contiguous() else input.clone()
     grad = torch.empty_like(input, memory_format=torch.contiguous_format)
     loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                             write_lse, grad)
@@ -393,8 +393,6 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     elif inplace_backward:
         loss, lse = _FusedInplace.apply(input, *args)
     else:
-        if not input.is_contiguous() or input.data_ptr() % 16:
-            input = input.contiguous() if not input.is_contiguous() else input.clone()
         loss, lse, _ = torch.ops.xent.fused(input, *args)
     return (loss, lse) if return_lse else loss
 
