@@ -543,7 +543,7 @@ def combine(stats, target, vocab, *, ignore_index=-100, reduction="mean", label_
         stats = torch.stack(list(stats))
     if not isinstance(stats, torch.Tensor) or stats.dim() != 3 or stats.shape[1] != 2:
         raise ValueError("xent.combine: stats must be [k, 2, N] (got %s)"
-                         % (tuple(stats.shape) if isinstance(stats, torch.Tensor) else type(stats).__name__))
+                         % ((tuple(stats.shape) if isinstance(stats, torch.Tensor) else type(stats).__name__),))
     if stats.dtype != torch.float32:
         raise TypeError("xent.combine: stats must be float32 (got %s)" % stats.dtype)
     n = stats.shape[2]
