@@ -31,10 +31,10 @@ else
     export XENT_LIB="$ROOT/build/libxent.so"
 fi
 rc=0
-# pytest from python/ (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
-(cd python && $PY -m pytest -v -rs tests/test_gpu.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
+# pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
+(cd python/tests && $PY -m pytest -v -rs test_gpu.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
 tail -5 "$LOG/pytest-gpu.log"
-(cd python && $PY -m pytest -q -rs tests/test_capi.py tests/test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
+(cd python/tests && $PY -m pytest -q -rs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
 tail -3 "$LOG/pytest-cpu.log"
 $PY bench/bench_train.py --out "$LOG/bench" > "$LOG/bench_train.log" 2>&1 || rc=1
 tail -12 "$LOG/bench_train.log"
