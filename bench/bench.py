@@ -12,7 +12,7 @@ a wrong one is reported and not timed; an unimportable one is skipped):
                 16-byte loads, grid-stride, 4 loads in flight per thread, XOR-
                 reduced to one word per block (CuPy RawKernel; Triton fallback).
                 The best of 4/8/16 blocks per SM. This is the floor.
-  xent          libxent.so through bench/xent_ctypes.py: the plan for the
+  xent          libxent.so through python/xent/_capi.py: the plan for the
                 problem (from the shipped tune cache; its source and config are
                 printed), launched through a pre-bound ctypes call.
   eager         torch.nn.functional.cross_entropy(logits, targets).
@@ -71,6 +71,10 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+# the xent package's ctypes binding (python/xent/_capi.py), from this checkout
+_PYDIR = os.path.normpath(os.path.join(HERE, "..", "python"))
+if _PYDIR not in sys.path:
+    sys.path.insert(0, _PYDIR)
 
 DEFAULT_SHAPES = ["32768x4096", "4096x32000", "8192x128256", "16384x50257",
                   "32768x4096:bf16", "8192x128256:bf16", "64x262144", "1048576x10"]
@@ -351,7 +355,7 @@ class Env:
         if self._xent is None:
             # the shipped tune caches of this checkout (tunecache/<gpu>.sql) unless XENT_DATADIR says otherwise
             os.environ.setdefault("XENT_DATADIR", os.path.normpath(os.path.join(HERE, "..", "tunecache")))
-            from xent_ctypes import Xent
+            from xent._capi import Xent
             self._xent = Xent()
         return self._xent
 

@@ -3,7 +3,7 @@
 
     python3 tests/gpu/torch_crosscheck.py [--seed S] [--cases N] [--json FILE] [-v]
 
-Loads build/libxent.so (or $XENT_LIB) through bench/xent_ctypes.py and, on
+Loads build/libxent.so (or $XENT_LIB) through python/xent/_capi.py and, on
 random cases (n in [1, 5000], c in [1, 70000], biased to small and odd values;
 fp32/fp16/bf16 logits; int32/int64 targets; none/sum/mean; ignore_index with
 some or all rows ignored; label smoothing; class weights; rows strided and
@@ -45,13 +45,13 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "bench")))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "python")))  # the package's binding
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import xent_ctypes  # noqa: E402
-from xent_ctypes import Xent, XentError, XENT_OK, XENT_EBADTARGET  # noqa: E402
+from xent import _capi as xent_ctypes  # noqa: E402
+from xent._capi import Xent, XentError, XENT_OK, XENT_EBADTARGET  # noqa: E402
 
 DEV = "cuda"  # the device of every tensor made here
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}

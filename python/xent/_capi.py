@@ -1,15 +1,26 @@
-"""xent_ctypes — a small ctypes binding to libxent.so for PyTorch users.
+"""xent._capi — the ctypes binding to libxent.so (include/xent.h), torch-optional.
 
-The library is loaded from $XENT_LIB, else from ../build/libxent.so relative to
-this file. Every structure below mirrors include/xent.h field by field; the
-layout is checked at import against the sizes and offsets a C compiler gives on
-x86-64 Linux (gcc 12, -Iinclude, printing sizeof/offsetof of every field):
+The one binding of the project: the torch layer (xent._ops), bench/bench.py and
+tests/gpu/torch_crosscheck.py use it. It needs no torch for the structures, the
+enums, loading the library and building problems; Xent.forward and the Plan
+launchers take torch tensors (or anything with data_ptr/shape/stride/dtype/device).
 
-    xent_problem      64 bytes: n@0 c@8 row_stride@16 logits@24 targets@28
+The library is $XENT_LIB if set, else the libxent.so bundled in the installed
+package (xent/lib/libxent.so), else the checkout's build/libxent.so. Loading it
+does not load the CUDA driver (libxent dlopens libcuda.so.1 at first use), so
+this imports on machines without a GPU.
+
+Every structure mirrors include/xent.h field by field; the layout is checked at
+import against the sizes and offsets gcc gives on x86-64 Linux (gcc 12,
+-Iinclude, printing sizeof/offsetof of every field; `python3 -m xent._capi`
+and python/tests/test_capi.py redo that comparison with the C compiler):
+
+    xent_problem      96 bytes: n@0 c@8 row_stride@16 logits@24 targets@28
                       reduction@32 ignore_index@40 label_smoothing@48
-                      has_weights@52 write_lse@56
-    xent_args         48 bytes: logits@0 targets@8 weights@16 loss@24 lse@32
-                      workspace@40
+                      has_weights@52 write_lse@56 op@60 z_loss@64 softcap@68
+                      vocab@72 class_offset@80 shards@88
+    xent_args         72 bytes: logits@0 targets@8 weights@16 loss@24 lse@32
+                      workspace@40 grad@48 dloss@56 stats@64
     xent_device_info 320 bytes: name@0[256] key@256[32] cc_major@288
                       cc_minor@292 sm_count@296 l2_bytes@304
                       global_mem_bytes@312
@@ -17,7 +28,7 @@ x86-64 Linux (gcc 12, -Iinclude, printing sizeof/offsetof of every field):
 Usage:
 
     import torch
-    from xent_ctypes import Xent
+    from xent._capi import Xent
     xe = Xent()                                    # context on torch's current device
     loss = xe.forward(logits, targets)             # like F.cross_entropy(logits, targets)
     plan = xe.plan(logits, targets)                # a compiled plan for this problem
@@ -39,8 +50,10 @@ except ImportError:  # pragma: no cover - lets the layout checks run without tor
     torch = None
 
 __all__ = [
-    "Xent", "Plan", "XentError", "load_library", "plan_source", "plan_describe",
-    "XENT_OK", "XENT_EINVAL", "XENT_EBADTARGET", "SOURCE_NAMES",
+    "Xent", "Plan", "XentError", "Problem", "Args", "DeviceInfo", "load_library",
+    "default_library_path", "library_candidates", "default_datadir", "plan_source", "plan_describe",
+    "check_layout", "XENT_OK", "XENT_EINVAL", "XENT_EBADTARGET", "XENT_ENOTFOUND", "SOURCE_NAMES",
+    "XENT_OP_FORWARD", "XENT_OP_FUSED", "XENT_OP_BACKWARD", "XENT_OP_COMBINE", "XENT_OP_RESCALE",
 ]
 
 # --- status codes, enums (include/xent.h) ----------------------------------
@@ -69,6 +82,10 @@ XENT_F32, XENT_F16, XENT_BF16 = 0, 1, 2
 XENT_I32, XENT_I64 = 0, 1
 XENT_REDUCE_NONE, XENT_REDUCE_SUM, XENT_REDUCE_MEAN = 0, 1, 2
 
+XENT_OP_FORWARD, XENT_OP_FUSED, XENT_OP_BACKWARD, XENT_OP_COMBINE, XENT_OP_RESCALE = 0, 1, 2, 3, 4
+OPS = {"forward": XENT_OP_FORWARD, "fused": XENT_OP_FUSED, "backward": XENT_OP_BACKWARD,
+       "combine": XENT_OP_COMBINE, "rescale": XENT_OP_RESCALE}
+
 REDUCTIONS = {"none": XENT_REDUCE_NONE, "sum": XENT_REDUCE_SUM, "mean": XENT_REDUCE_MEAN}
 SOURCE_NAMES = {0: "user_db", 1: "shipped", 2: "nearest", 3: "heuristic", 4: "explicit"}
 
@@ -92,6 +109,12 @@ class Problem(ctypes.Structure):
         ("label_smoothing", ctypes.c_float),
         ("has_weights", ctypes.c_int),
         ("write_lse", ctypes.c_int),
+        ("op", ctypes.c_int),            # enum xent_op
+        ("z_loss", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+        ("vocab", ctypes.c_int64),
+        ("class_offset", ctypes.c_int64),
+        ("shards", ctypes.c_int),
     ]
 
     def as_dict(self):
@@ -107,6 +130,9 @@ class Args(ctypes.Structure):
         ("loss", ctypes.c_void_p),
         ("lse", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
+        ("grad", ctypes.c_void_p),
+        ("dloss", ctypes.c_void_p),
+        ("stats", ctypes.c_void_p),
     ]
 
 
@@ -125,11 +151,14 @@ class DeviceInfo(ctypes.Structure):
 
 # sizeof and (offset, size) of every field as gcc reports them for include/xent.h
 _C_LAYOUT = {
-    Problem: (64, {"n": (0, 8), "c": (8, 8), "row_stride": (16, 8), "logits": (24, 4),
+    Problem: (96, {"n": (0, 8), "c": (8, 8), "row_stride": (16, 8), "logits": (24, 4),
                    "targets": (28, 4), "reduction": (32, 4), "ignore_index": (40, 8),
-                   "label_smoothing": (48, 4), "has_weights": (52, 4), "write_lse": (56, 4)}),
-    Args: (48, {"logits": (0, 8), "targets": (8, 8), "weights": (16, 8), "loss": (24, 8),
-                "lse": (32, 8), "workspace": (40, 8)}),
+                   "label_smoothing": (48, 4), "has_weights": (52, 4), "write_lse": (56, 4),
+                   "op": (60, 4), "z_loss": (64, 4), "softcap": (68, 4), "vocab": (72, 8),
+                   "class_offset": (80, 8), "shards": (88, 4)}),
+    Args: (72, {"logits": (0, 8), "targets": (8, 8), "weights": (16, 8), "loss": (24, 8),
+                "lse": (32, 8), "workspace": (40, 8), "grad": (48, 8), "dloss": (56, 8),
+                "stats": (64, 8)}),
     DeviceInfo: (320, {"name": (0, 256), "key": (256, 32), "cc_major": (288, 4),
                        "cc_minor": (292, 4), "sm_count": (296, 4), "l2_bytes": (304, 8),
                        "global_mem_bytes": (312, 8)}),
@@ -156,12 +185,37 @@ check_layout()
 _libs = {}
 
 
-def default_library_path():
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def library_candidates():
+    """Where libxent.so is looked for, in order: $XENT_LIB, the package's bundled copy, the checkout's build/."""
+    out = []
     env = os.environ.get("XENT_LIB")
     if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "build", "libxent.so"))
+        out.append(env)
+    out.append(os.path.join(_HERE, "lib", "libxent.so"))
+    out.append(os.path.normpath(os.path.join(_HERE, "..", "..", "build", "libxent.so")))
+    return out
+
+
+def default_library_path():
+    """$XENT_LIB if set (even if missing: the error names it), else the first existing candidate."""
+    cands = library_candidates()
+    if os.environ.get("XENT_LIB"):
+        return cands[0]
+    for p in cands:
+        if os.path.exists(p):
+            return p
+    return cands[0]
+
+
+def default_datadir():
+    """The folder of the shipped tune caches (<gpu>.sql): bundled in the package, else the checkout's tunecache/."""
+    for d in (os.path.join(_HERE, "data"), os.path.normpath(os.path.join(_HERE, "..", "..", "tunecache"))):
+        if os.path.isdir(d) and any(f.endswith(".sql") for f in os.listdir(d)):
+            return d
+    return None
 
 
 def load_library(path=None):
@@ -170,7 +224,8 @@ def load_library(path=None):
     if path in _libs:
         return _libs[path]
     if not os.path.exists(path):
-        raise OSError("libxent.so not found at %s (build it with make, or set XENT_LIB)" % path)
+        raise OSError("libxent.so not found at %s (looked at: %s); build it with make, install the "
+                      "package with pip, or set XENT_LIB" % (path, ", ".join(library_candidates())))
     lib = ctypes.CDLL(path)
     P, I, S, V = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
     sigs = {
@@ -182,6 +237,7 @@ def load_library(path=None):
         "xent_errmsg": (V, [P]),
         "xent_device_get_info": (I, [P, ctypes.POINTER(DeviceInfo)]),
         "xent_plan_get": (I, [P, ctypes.POINTER(Problem), ctypes.POINTER(P)]),
+        "xent_plan_lookup": (I, [P, ctypes.POINTER(Problem), ctypes.POINTER(P)]),
         "xent_plan_source": (I, [P]),
         "xent_plan_describe": (I, [P, ctypes.c_char_p, S]),
         "xent_workspace_size": (S, [P]),
@@ -357,6 +413,38 @@ def plan_describe(plan):
     return plan.describe()
 
 
+def make_problem(lib, n, c, dtype="torch.float32", targets_dtype="torch.int64", reduction="mean",
+                 ignore_index=-100, label_smoothing=0.0, has_weights=False, lse=False, row_stride=None,
+                 op="forward", z_loss=0.0, softcap=0.0, vocab=0, class_offset=0, shards=0):
+    """An xent_problem from xent_problem_init's defaults and the given fields, checked by
+    xent_problem_check (XentError with the library's reason when a field is out of range).
+    dtype / targets_dtype: torch dtypes or their str(); reduction and op: names or codes."""
+    p = Problem()
+    lib.xent_problem_init(ctypes.byref(p), int(n), int(c))
+    p.row_stride = int(row_stride) if row_stride is not None else int(c)
+    try:
+        p.logits = _LOGIT_DTYPES[str(dtype)] if not isinstance(dtype, int) else dtype
+        p.targets = _INDEX_DTYPES[str(targets_dtype)] if not isinstance(targets_dtype, int) else targets_dtype
+        p.reduction = REDUCTIONS[reduction] if not isinstance(reduction, int) else reduction
+        p.op = OPS[op] if not isinstance(op, int) else op
+    except KeyError as e:
+        raise ValueError("unsupported dtype, reduction or op: %s" % e) from None
+    p.ignore_index = int(ignore_index)
+    p.label_smoothing = float(label_smoothing)
+    p.has_weights = 1 if has_weights else 0
+    p.write_lse = 1 if lse else 0
+    p.z_loss = float(z_loss)
+    p.softcap = float(softcap)
+    p.vocab = int(vocab)
+    p.class_offset = int(class_offset)
+    p.shards = int(shards)
+    why = ctypes.create_string_buffer(512)
+    rc = lib.xent_problem_check(ctypes.byref(p), why, ctypes.sizeof(why))
+    if rc:
+        raise XentError(rc, "xent_problem_check", errstr(rc, lib), why.value.decode(errors="replace"))
+    return p
+
+
 class Xent:
     """A xent context on one CUDA device (torch's current device by default)."""
 
@@ -420,26 +508,11 @@ class Xent:
 
     # -- problems
     def problem(self, n, c, dtype="torch.float32", targets_dtype="torch.int64", reduction="mean",
-                ignore_index=-100, label_smoothing=0.0, has_weights=False, lse=False, row_stride=None):
-        """Build an xent_problem (defaults from xent_problem_init); dtypes as torch dtypes or their str."""
-        p = Problem()
-        self._lib.xent_problem_init(ctypes.byref(p), int(n), int(c))
-        p.row_stride = int(row_stride) if row_stride is not None else int(c)
-        try:
-            p.logits = _LOGIT_DTYPES[str(dtype)]
-            p.targets = _INDEX_DTYPES[str(targets_dtype)]
-            p.reduction = REDUCTIONS[reduction]
-        except KeyError as e:
-            raise ValueError("unsupported dtype or reduction: %s" % e) from None
-        p.ignore_index = int(ignore_index)
-        p.label_smoothing = float(label_smoothing)
-        p.has_weights = 1 if has_weights else 0
-        p.write_lse = 1 if lse else 0
-        why = ctypes.create_string_buffer(512)
-        rc = self._lib.xent_problem_check(ctypes.byref(p), why, ctypes.sizeof(why))
-        if rc:
-            raise XentError(rc, "xent_problem_check", errstr(rc, self._lib), why.value.decode(errors="replace"))
-        return p
+                ignore_index=-100, label_smoothing=0.0, has_weights=False, lse=False, row_stride=None,
+                op="forward", z_loss=0.0, softcap=0.0, vocab=0, class_offset=0, shards=0):
+        """Build and check an xent_problem (defaults from xent_problem_init); dtypes as torch dtypes or their str."""
+        return make_problem(self._lib, n, c, dtype, targets_dtype, reduction, ignore_index, label_smoothing,
+                            has_weights, lse, row_stride, op, z_loss, softcap, vocab, class_offset, shards)
 
     def _problem_for(self, logits, targets, weights, reduction, ignore_index, label_smoothing, lse):
         if logits.dim() != 2:
@@ -531,7 +604,7 @@ class Xent:
         return rc
 
 
-def _layout_from_gcc(include_dir):
+def layout_from_compiler(include_dir, cc="cc"):
     """Compile a tiny C program against include/xent.h and return {struct: (size, {field: (off, size)})}."""
     import subprocess
     import tempfile
@@ -547,7 +620,7 @@ def _layout_from_gcc(include_dir):
         src, exe = os.path.join(d, "layout.c"), os.path.join(d, "layout")
         with open(src, "w") as fh:
             fh.write("\n".join(lines) + "\n")
-        subprocess.run(["cc", "-I", include_dir, src, "-o", exe], check=True)
+        subprocess.run([cc, "-I", include_dir, src, "-o", exe], check=True)
         out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
     got = {}
     by_name = {s.__name__: s for s in names}
@@ -561,12 +634,20 @@ def _layout_from_gcc(include_dir):
     return got
 
 
-if __name__ == "__main__":
-    # python3 bench/xent_ctypes.py: compare the ctypes layout with what the C compiler says
-    inc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include")
-    c_layout = _layout_from_gcc(inc)
+def compare_layout(include_dir=None, cc="cc"):
+    """Compile against include/xent.h and compare with the ctypes structures and the table above.
+    Returns the compiler's layout; raises AssertionError on any difference."""
+    inc = include_dir or os.path.normpath(os.path.join(_HERE, "..", "..", "include"))
+    c_layout = layout_from_compiler(inc, cc)
     for struct, (size, fields) in c_layout.items():
         py = (ctypes.sizeof(struct), {f: (getattr(struct, f).offset, getattr(struct, f).size) for f in fields})
         assert py == (size, fields), (struct.__name__, py, (size, fields))
         assert _C_LAYOUT[struct] == (size, fields), (struct.__name__, "table out of date")
+    return c_layout
+
+
+if __name__ == "__main__":
+    # python3 -m xent._capi [INCLUDE_DIR]: compare the ctypes layout with what the C compiler says
+    import sys
+    for struct, (size, fields) in compare_layout(sys.argv[1] if len(sys.argv) > 1 else None).items():
         print("%-10s %3d bytes, %d fields: ctypes == C" % (struct.__name__, size, len(fields)))

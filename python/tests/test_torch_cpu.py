@@ -1,0 +1,285 @@
+"""Tests of the torch layer that need torch but no GPU: argument errors, custom-op registration, fake
+(meta) implementations, opcheck, and the autograd / torch.compile / shard glue run through the CPU
+emulation of the ops (xent._ops.set_cpu_emulation: the custom ops compute the float64 reference)."""
+
+import pytest
+
+from conftest import HAS_TORCH, TORCH_ERROR
+
+if not HAS_TORCH:
+    pytest.skip("torch is not importable (%s)" % TORCH_ERROR, allow_module_level=True)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import xent  # noqa: E402
+from xent import _ops, _reference  # noqa: E402
+
+OPS = ["forward", "fused", "fused_inplace", "rescale_", "shard_stats", "combine", "shard_backward"]
+
+
+@pytest.fixture
+def emulate():
+    old = _ops.set_cpu_emulation(True)
+    yield
+    _ops.set_cpu_emulation(old)
+
+
+def _x(n=6, c=10, dtype=torch.float32, grad=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, generator=g).to(dtype)
+    t = torch.randint(0, c, (n,), generator=g)
+    return x.requires_grad_(grad), t
+
+
+# --- registration and argument errors --------------------------------------------------------------
+
+def test_ops_registered():
+    for name in OPS:
+        op = getattr(torch.ops.xent, name).default
+        assert op._schema.name == "xent::" + name
+    assert torch.ops.xent.fused_inplace.default._schema.arguments[0].alias_info.is_write
+    assert torch.ops.xent.rescale_.default._schema.arguments[0].alias_info.is_write
+    assert not torch.ops.xent.fused.default._schema.arguments[0].alias_info
+
+
+def test_cpu_tensor_is_value_error():
+    x, t = _x()
+    with pytest.raises(ValueError, match="CUDA"):
+        xent.cross_entropy(x, t)
+
+
+@pytest.mark.parametrize("make, exc, match", [
+    (lambda x, t: (x.double(), t), TypeError, "float32"),
+    (lambda x, t: (x, t.float()), TypeError, "int64"),
+    (lambda x, t: (x[0], t), ValueError, "2-D"),
+    (lambda x, t: (x.unsqueeze(0), t), ValueError, "2-D"),
+    (lambda x, t: (x, t[:-1]), ValueError, "N = 6"),
+    (lambda x, t: (x, t.view(2, 3)), ValueError, "1-D"),
+    (lambda x, t: (x.t(), torch.zeros(10, dtype=torch.long, device=x.device)), ValueError, "stride"),
+    (lambda x, t: ([[1.0]], t), TypeError, "torch.Tensor"),
+])
+def test_argument_errors(make, exc, match):
+    x, t = _x()
+    x, t = x.to("meta"), t.to("meta")
+    x, t = make(x, t)
+    with pytest.raises(exc, match=match):
+        xent.cross_entropy(x, t)
+
+
+def test_option_errors():
+    x, t = _x()
+    x, t = x.to("meta"), t.to("meta")
+    with pytest.raises(ValueError, match="reduction"):
+        xent.cross_entropy(x, t, reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        xent.cross_entropy(x, t, label_smoothing=1.5)
+    with pytest.raises(ValueError, match="z_loss"):
+        xent.cross_entropy(x, t, z_loss=-1.0)
+    with pytest.raises(ValueError, match="softcap"):
+        xent.cross_entropy(x, t, softcap=-2.0)
+    with pytest.raises(ValueError, match="z_loss with class weights"):
+        xent.cross_entropy(x, t, torch.ones(10, device="meta"), z_loss=1e-4)
+    with pytest.raises(ValueError, match="weight must be 1-D with C = 10"):
+        xent.cross_entropy(x, t, torch.ones(9, device="meta"))
+    with pytest.raises(ValueError, match="target is on cpu"):
+        xent.cross_entropy(x, torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="reduction"):
+        xent.CrossEntropyLoss(reduction="bad")
+    with pytest.raises(ValueError, match="vocabulary"):
+        xent.shard_stats(x, t, class_offset=95, vocab=100)
+    with pytest.raises(ValueError, match="stats must be"):
+        xent.combine(torch.zeros(3, 2, device="meta"), t, 100)
+
+
+def test_check_targets_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        xent.check_targets("cpu")
+
+
+# --- fake (meta) implementations: shapes without running anything ----------------------------------
+
+@pytest.mark.parametrize("reduction, shape", [("mean", ()), ("sum", ()), ("none", (6,))])
+def test_meta_shapes(reduction, shape):
+    x, t = _x()
+    x, t = x.to("meta").requires_grad_(True), t.to("meta")
+    loss, lse = xent.cross_entropy(x, t, reduction=reduction, return_lse=True)
+    assert loss.shape == shape and loss.dtype == torch.float32 and lse.shape == (6,)
+    with torch.no_grad():
+        loss = xent.cross_entropy(x.to(torch.bfloat16), t, reduction=reduction)
+    assert loss.shape == shape and loss.device.type == "meta"
+
+
+def test_fake_tensor_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(32, 50, dtype=torch.bfloat16, device="cuda")
+        t = torch.empty(32, dtype=torch.int64, device="cuda")
+        loss, lse, grad = torch.ops.xent.fused(x, t, None, -100, 0, 0.0, 0.0, 0.0, True)
+        assert loss.shape == (32,) and lse.shape == (32,) and grad.shape == (32, 50)
+        assert grad.dtype == torch.bfloat16 and grad.device.type == "cuda"
+        stats = torch.ops.xent.shard_stats(x, t, 50, 200, -100, 0.0, 0.0)
+        assert stats.shape == (2, 32)
+        l2, lse2 = torch.ops.xent.combine(torch.stack([stats] * 4), t, 200, -100, 2, 0.0, 0.0, torch.bfloat16)
+        assert l2.shape == () and lse2.shape == (32,)
+        g = torch.ops.xent.shard_backward(x, t, lse2, l2.reshape(1), 50, 200, -100, 2, 0.0, 0.0, 0.0)
+        assert g.shape == x.shape and g.dtype == x.dtype
+
+
+# --- opcheck and the glue through the CPU emulation ------------------------------------------------
+
+def _opcheck(op, args, tests=None):
+    kw = {} if tests is None else {"test_utils": tests}
+    torch.library.opcheck(op, args, **kw)
+
+
+def test_opcheck(emulate):
+    x, t = _x(grad=True)
+    w = torch.rand(10)
+    for red in (0, 1, 2):
+        _opcheck(torch.ops.xent.forward.default, (x.detach(), t, None, -100, red, 0.1, 1e-3, 0.0, True))
+        # fused: test_aot_dispatch_dynamic is left out: its partitioner rejects the opcheck's own
+        # backward of every output (torch 2.15 "Node getitem was invalid, but is output"); the compiled
+        # forward and backward are tested end to end by test_compile_fullgraph instead.
+        fused_tests = ("test_schema", "test_autograd_registration", "test_faketensor")
+        _opcheck(torch.ops.xent.fused.default, (x, t, None, -100, red, 0.0, 0.0, 5.0, False), fused_tests)
+        _opcheck(torch.ops.xent.fused.default, (x, t, w, 3, red, 0.2, 0.0, 0.0, True), fused_tests)
+    _opcheck(torch.ops.xent.fused_inplace.default, (x.detach().clone(), t, None, -100, 2, 0.0, 0.0, 0.0, False))
+    _opcheck(torch.ops.xent.rescale_.default, (x.detach().clone(), torch.tensor([2.0])))
+    _opcheck(torch.ops.xent.shard_stats.default, (x.detach(), t, 20, 40, -100, 0.1, 0.0))
+    st = torch.ops.xent.shard_stats(x.detach(), t, 0, 20, -100, 0.0, 0.0)
+    _opcheck(torch.ops.xent.combine.default, (torch.stack([st, st]), t, 20, -100, 2, 0.0, 0.0, torch.float32))
+    _opcheck(torch.ops.xent.shard_backward.default,
+             (x.detach(), t, torch.randn(6), torch.tensor([1.5]), 0, 20, -100, 2, 0.0, 0.0, 0.0))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", [{}, {"label_smoothing": 0.1}, {"ignore_index": 2}, {"weight": True},
+                                  {"weight": True, "label_smoothing": 0.2}])
+def test_emulated_matches_torch(emulate, reduction, opts):
+    x, t = _x(n=9, c=7, grad=True, seed=3)
+    t[1] = 2
+    opts = dict(opts)
+    if opts.get("weight"):
+        opts["weight"] = torch.rand(7) + 0.5
+    loss = xent.cross_entropy(x, t, reduction=reduction, **opts)
+    ref = F.cross_entropy(x.double(), t, reduction=reduction,
+                          **{k: (v.double() if k == "weight" else v) for k, v in opts.items()})
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-6)
+    up = torch.rand(loss.shape, dtype=torch.float32) + 0.5
+    (g,) = torch.autograd.grad(loss, x, up)
+    xd = x.detach().double().requires_grad_(True)
+    ref = F.cross_entropy(xd, t, reduction=reduction, **{k: (v.double() if k == "weight" else v)
+                                                         for k, v in opts.items()})
+    (gr,) = torch.autograd.grad(ref, xd, up.double())
+    torch.testing.assert_close(g.double(), gr, rtol=1e-5, atol=1e-6)
+
+
+def test_reference_z_loss_and_softcap_gradients():
+    x, t = _x(n=5, c=6, seed=4)
+    t[0] = -100
+    for red in ("mean", "sum", "none"):
+        xd = x.double().requires_grad_(True)
+        loss, _ = _reference.loss_and_lse(xd, t, None, -100, red, 0.1, 1e-2, 3.0)
+        d = torch.rand(loss.shape, dtype=torch.float64) + 0.5
+        (ga,) = torch.autograd.grad(loss, xd, d)
+        _, _, gc = _reference.fused(x, t, None, -100, red, 0.1, 1e-2, 3.0, d)
+        torch.testing.assert_close(gc, ga)
+
+
+def test_inplace_backward(emulate):
+    x, t = _x(grad=True, seed=5)
+    y = x * 1.0
+    loss = xent.cross_entropy(y, t, inplace_backward=True)
+    (loss * 3).backward()
+    xd = x.detach().double().requires_grad_(True)
+    (F.cross_entropy(xd, t) * 3).backward()
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-5, atol=1e-7)
+    assert y._version > 0  # y holds the gradient now
+
+
+def test_no_grad_uses_forward(emulate):
+    x, t = _x(grad=True)
+    with torch.no_grad():
+        loss, lse = xent.cross_entropy(x, t, return_lse=True)
+    assert loss.grad_fn is None
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x.detach().double(), 1), rtol=1e-6, atol=1e-6)
+
+
+def test_lse_not_differentiable(emulate):
+    x, t = _x(grad=True)
+    loss, lse = xent.cross_entropy(x, t, return_lse=True)
+    assert not lse.requires_grad and loss.requires_grad
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_compile_fullgraph(emulate, inplace):
+    torch._dynamo.reset()
+    x, t = _x(n=8, c=12, grad=True, seed=6)
+
+    def f(x, t):
+        return xent.cross_entropy(x * 2.0, t, z_loss=1e-3, label_smoothing=0.05, inplace_backward=inplace)
+
+    cf = torch.compile(f, backend="aot_eager", fullgraph=True)
+    xc = x.detach().clone().requires_grad_(True)
+    cf(xc, t).backward()
+    xe = x.detach().clone().requires_grad_(True)
+    f(xe, t).backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+
+
+class _TinyLM(torch.nn.Module):
+    def __init__(self, vocab=32, dim=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.head = torch.nn.Linear(dim, vocab)
+        self.loss = xent.CrossEntropyLoss(label_smoothing=0.1)
+
+    def forward(self, tokens, targets):
+        h = torch.tanh(self.emb(tokens))
+        return self.loss(self.head(h).view(-1, self.head.out_features), targets.view(-1))
+
+
+def test_dynamo_explain_no_graph_break(emulate):
+    torch._dynamo.reset()
+    m = _TinyLM()
+    tok = torch.randint(0, 32, (4, 8))
+    ex = torch._dynamo.explain(m)(tok, tok)
+    assert ex.graph_break_count == 0, ex.break_reasons
+    assert ex.graph_count == 1
+
+
+def test_module_repr_and_legacy_args():
+    m = xent.CrossEntropyLoss(size_average=False, z_loss=1e-4)
+    assert m.reduction == "sum" and "z_loss" in repr(m)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_emulated_shards_match_unsharded(emulate, k, reduction):
+    n, V = 7, 23
+    x, t = _x(n=n, c=V, seed=7)
+    t[3] = -100
+    bounds = [V * i // k for i in range(k + 1)]
+    kw = dict(ignore_index=-100, label_smoothing=0.1)
+    stats = [xent.shard_stats(x[:, a:b], t, a, V, softcap=4.0, **kw) for a, b in zip(bounds, bounds[1:])]
+    loss, lse = xent.combine(stats, t, V, reduction=reduction, z_loss=1e-3, **kw)
+    ref, ref_lse = _reference.loss_and_lse(x, t, None, -100, reduction, 0.1, 1e-3, 4.0)
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-6)
+    d = torch.rand(loss.shape) + 0.5
+    g = torch.cat([xent.shard_backward(x[:, a:b], t, lse, d, a, V, reduction=reduction, z_loss=1e-3, softcap=4.0,
+                                       **kw) for a, b in zip(bounds, bounds[1:])], dim=1)
+    _, _, gr = _reference.fused(x, t, None, -100, reduction, 0.1, 1e-3, 4.0, d)
+    torch.testing.assert_close(g.double(), gr, rtol=1e-5, atol=1e-6)
+
+
+def test_vocab_parallel_single_process(emulate):
+    x, t = _x(n=5, c=9, grad=True, seed=8)
+    loss = xent.vocab_parallel_cross_entropy(x, t, 0, 9)
+    loss.backward()
+    xd = x.detach().double().requires_grad_(True)
+    F.cross_entropy(xd, t).backward()
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="whole"):
+        xent.vocab_parallel_cross_entropy(x[:, :4], t, 0, 9)

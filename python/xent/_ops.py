@@ -1,0 +1,632 @@
+"""The torch layer: custom ops over libxent (torch.library.custom_op), autograd, plans.
+
+Operators (namespace xent), each a torch.library.custom_op with a fake
+(meta) implementation, so torch.compile traces through them without a graph
+break:
+
+    xent::forward(input, target, weight?, ...) -> (loss, lse)         XENT_OP_FORWARD
+    xent::fused(input, target, weight?, ...) -> (loss, lse, grad)     XENT_OP_FUSED, grad a new buffer;
+                                                                      autograd: backward = xent::rescale_
+    xent::fused_inplace(input!, target, weight?, ...) -> (loss, lse)  XENT_OP_FUSED, grad written over input
+    xent::rescale_(grad!, dloss) -> ()                                XENT_OP_RESCALE, in place
+    xent::shard_stats(input, target, ...) -> stats[2, n]              XENT_OP_FORWARD on a vocabulary shard
+    xent::combine(stats[k, 2, n], target, ...) -> (loss, lse)         XENT_OP_COMBINE
+    xent::shard_backward(input, target, lse, dloss, ...) -> grad      XENT_OP_BACKWARD on a shard
+
+Every launch goes to torch.cuda.current_stream(). Plans are cached here per
+problem, so a call after the first is a dict lookup and one ctypes call; while
+the current stream is being captured into a CUDA graph no plan is ever built
+(xent_plan_lookup only), and a problem never run before raises RuntimeError.
+"""
+
+import ctypes
+import threading
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _capi
+from . import _reference
+
+__all__ = ["cross_entropy", "CrossEntropyLoss", "check_targets", "shard_stats", "combine", "shard_backward",
+           "vocab_parallel_cross_entropy", "set_cpu_emulation", "clear_plans"]
+
+_LOGIT = {torch.float32: _capi.XENT_F32, torch.float16: _capi.XENT_F16, torch.bfloat16: _capi.XENT_BF16}
+_INDEX = {torch.int32: _capi.XENT_I32, torch.int64: _capi.XENT_I64}
+_RED = {"none": 0, "sum": 1, "mean": 2}
+_RED_NAME = {0: "none", 1: "sum", 2: "mean"}
+
+# --- CPU emulation (tests only): the custom ops compute the float64 reference on CPU tensors --------
+
+_emulate_cpu = False
+
+
+def set_cpu_emulation(on=True):
+    """Let the custom ops accept CPU tensors and compute xent._reference on them (for tests of the
+    torch glue on machines without a GPU; not a CPU implementation for use). Returns the old value."""
+    global _emulate_cpu
+    old, _emulate_cpu = _emulate_cpu, bool(on)
+    return old
+
+
+def _emulating(t):
+    return _emulate_cpu and t.device.type == "cpu"
+
+
+# --- contexts and plans ------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_contexts = {}   # device index -> _capi.Xent
+_plans = {}      # problem key -> (plan handle, Xent)
+
+
+def clear_plans():
+    """Forget the Python-side plan cache (the contexts keep their plans; the next call looks them up)."""
+    _plans.clear()
+
+
+def _context(index):
+    xe = _contexts.get(index)
+    if xe is None:
+        with _lock:
+            xe = _contexts.get(index)
+            if xe is None:
+                with torch.cuda.device(index):
+                    torch.cuda.init()
+                    xe = _capi.Xent(index)
+                _contexts[index] = xe
+    return xe
+
+
+def _plan(index, key):
+    """key = (n, c, row_stride, dtype, tdtype, reduction, ignore_index, smoothing, has_weights, write_lse,
+    op, z_loss, softcap, vocab, class_offset, shards), all codes; the plan handle for it on device index."""
+    full = (index,) + key
+    hit = _plans.get(full)
+    if hit is not None:
+        return hit
+    xe = _context(index)
+    (n, c, rs, dt, tt, red, ii, ls, hw, wl, op, z, sc, vocab, off, shards) = key
+    p = _capi.make_problem(xe._lib, n, c, dt, tt, red, ii, ls, hw, wl, rs, op, z, sc, vocab, off, shards)
+    h = ctypes.c_void_p(None)
+    if torch.cuda.is_current_stream_capturing():
+        rc = xe._lib.xent_plan_lookup(xe._ctx, ctypes.byref(p), ctypes.byref(h))
+        if rc == _capi.XENT_ENOTFOUND:
+            raise RuntimeError(
+                "xent: no plan for this problem (%s) while the current CUDA stream is being captured into a "
+                "graph; building one compiles and synchronizes, which capture forbids. Run the same call once "
+                "before capture (a warm-up step), then capture." % _describe_key(key))
+        xe._check(rc, "xent_plan_lookup")
+    else:
+        xe._check(xe._lib.xent_plan_get(xe._ctx, ctypes.byref(p), ctypes.byref(h)), "xent_plan_get")
+    hit = (h, xe)
+    _plans[full] = hit
+    return hit
+
+
+def _describe_key(key):
+    names = ("n", "c", "row_stride", "dtype", "targets", "reduction", "ignore_index", "label_smoothing",
+             "has_weights", "write_lse", "op", "z_loss", "softcap", "vocab", "class_offset", "shards")
+    return ", ".join("%s=%s" % kv for kv in zip(names, key))
+
+
+def _ptr(t):
+    return t.data_ptr() if t is not None else None
+
+
+def _launch(device, key, logits=None, targets=None, weights=None, loss=None, lse=None, grad=None,
+            dloss=None, stats=None):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    h, xe = _plan(index, key)
+    a = _capi.Args()
+    a.logits = _ptr(logits)
+    a.targets = _ptr(targets)
+    a.weights = _ptr(weights)
+    a.loss = _ptr(loss)
+    a.lse = _ptr(lse)
+    a.grad = _ptr(grad)
+    a.dloss = _ptr(dloss)
+    a.stats = _ptr(stats)
+    stream = torch.cuda.current_stream(index).cuda_stream
+    rc = xe._lib.xent_plan_launch(h, ctypes.c_void_p(stream), ctypes.byref(a))
+    if rc:
+        xe._check(rc, "xent_plan_launch")
+
+
+def _row_stride(x):
+    n, c = x.shape
+    rs = x.stride(0)
+    return c if n == 1 or rs < c else rs
+
+
+def _key(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse, op,
+         vocab=0, class_offset=0, shards=0, row_stride=None):
+    n, c = x.shape
+    return (n, c, _row_stride(x) if row_stride is None else row_stride, _LOGIT[x.dtype], _INDEX[target.dtype],
+            reduction, int(ignore_index), float(label_smoothing), 1 if weight is not None else 0,
+            1 if write_lse else 0, op, float(z_loss), float(softcap), int(vocab), int(class_offset), int(shards))
+
+
+# --- argument checking (clear Python errors before anything reaches C) ------------------------------
+
+def _check_inputs(input, target, weight=None, what="input", allow_cpu=False):
+    if not isinstance(input, torch.Tensor):
+        raise TypeError("xent: %s must be a torch.Tensor (got %s)" % (what, type(input).__name__))
+    if not isinstance(target, torch.Tensor):
+        raise TypeError("xent: target must be a torch.Tensor (got %s)" % type(target).__name__)
+    if input.dim() != 2:
+        raise ValueError("xent: %s must be 2-D [N, C] logits (got shape %s); flatten the batch dims first, "
+                         "e.g. input.view(-1, C) and target.view(-1)" % (what, tuple(input.shape)))
+    if input.dtype not in _LOGIT:
+        raise TypeError("xent: %s dtype must be float32, float16 or bfloat16 (got %s)" % (what, input.dtype))
+    if target.dtype not in _INDEX:
+        raise TypeError("xent: target must hold class indices as int64 or int32 (got %s); class "
+                        "probabilities are not supported" % target.dtype)
+    n, c = input.shape
+    if target.dim() != 1 or target.shape[0] != n:
+        raise ValueError("xent: target must be 1-D with N = %d elements (got shape %s)" % (n, tuple(target.shape)))
+    if n == 0 or c == 0:
+        raise ValueError("xent: empty %s (shape %s)" % (what, tuple(input.shape)))
+    dev = input.device
+    if dev.type != "cuda" and not (allow_cpu or (_emulate_cpu and dev.type == "cpu")) and dev.type != "meta":
+        raise ValueError("xent: %s must be a CUDA tensor (got device %s)" % (what, dev))
+    if target.device != dev:
+        raise ValueError("xent: target is on %s but %s is on %s" % (target.device, what, dev))
+    if c > 1 and input.stride(1) != 1:
+        raise ValueError("xent: %s must have unit stride along classes (stride(1) == 1; got strides %s); "
+                         "call .contiguous()" % (what, tuple(input.stride())))
+    if weight is not None:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError("xent: weight must be a torch.Tensor or None")
+        if weight.dim() != 1 or weight.shape[0] != c:
+            raise ValueError("xent: weight must be 1-D with C = %d elements (got shape %s)" % (c, tuple(weight.shape)))
+        if not weight.is_floating_point():
+            raise TypeError("xent: weight must be a floating-point tensor (got %s)" % weight.dtype)
+        if weight.device != dev:
+            raise ValueError("xent: weight is on %s but %s is on %s" % (weight.device, what, dev))
+
+
+def _check_options(reduction, label_smoothing, z_loss, softcap, weight=None):
+    if reduction not in _RED:
+        raise ValueError("xent: reduction must be 'none', 'sum' or 'mean' (got %r)" % (reduction,))
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError("xent: label_smoothing must be in [0, 1] (got %r)" % (label_smoothing,))
+    if not 0.0 <= float(z_loss) < float("inf"):
+        raise ValueError("xent: z_loss must be finite and >= 0 (got %r)" % (z_loss,))
+    if not 0.0 <= float(softcap) < float("inf"):
+        raise ValueError("xent: softcap must be finite and >= 0, 0 = off (got %r)" % (softcap,))
+    if z_loss and weight is not None:
+        raise ValueError("xent: z_loss with class weights is not supported")
+
+
+def _loss_shape(n, reduction):
+    return (n,) if reduction == 0 else ()
+
+
+def _aligned(x):
+    """x itself if the gradient buffers torch allocates can share its 16-byte phase and row stride."""
+    return x.stride(0) == x.shape[1] and x.data_ptr() % 16 == 0
+
+
+# --- custom ops --------------------------------------------------------------------------------------
+
+@torch.library.custom_op("xent::forward", mutates_args=())
+def _forward_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
+                label_smoothing: float, z_loss: float, softcap: float, write_lse: bool) -> tuple[Tensor, Tensor]:
+    n = input.shape[0]
+    if _emulating(input):
+        loss, lse = _reference.forward(input, target, weight, ignore_index, _RED_NAME[reduction],
+                                       label_smoothing, z_loss, softcap)
+        return loss.float(), (lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32))
+    _check_inputs(input, target, weight)
+    loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=input.device)
+    lse = torch.empty((n if write_lse else 0,), dtype=torch.float32, device=input.device)
+    key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
+               _capi.XENT_OP_FORWARD)
+    _launch(input.device, key, input, target, weight, loss, lse if write_lse else None)
+    return loss, lse
+
+
+@_forward_op.register_fake
+def _(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+    n = input.shape[0]
+    return (input.new_empty(_loss_shape(n, reduction), dtype=torch.float32),
+            input.new_empty((n if write_lse else 0,), dtype=torch.float32))
+
+
+def _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
+                grad):
+    n = input.shape[0]
+    loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=input.device)
+    lse = torch.empty((n if write_lse else 0,), dtype=torch.float32, device=input.device)
+    key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
+               _capi.XENT_OP_FUSED)
+    _launch(input.device, key, input, target, weight, loss, lse if write_lse else None, grad=grad)
+    return loss, lse
+
+
+@torch.library.custom_op("xent::fused", mutates_args=())
+def _fused_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int, reduction: int,
+              label_smoothing: float, z_loss: float, softcap: float,
+              write_lse: bool) -> tuple[Tensor, Tensor, Tensor]:
+    if _emulating(input):
+        loss, lse, g = _reference.fused(input, target, weight, ignore_index, _RED_NAME[reduction],
+                                        label_smoothing, z_loss, softcap)
+        return (loss.float(), lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32),
+                g.to(input.dtype))
+    _check_inputs(input, target, weight)
+    if not _aligned(input):  # the new gradient must share the logits' row stride and 16-byte phase
+        input = input.contiguous() if not input.is_contiguous() else input.clone()
+    grad = torch.empty_like(input, memory_format=torch.contiguous_format)
+    loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                            write_lse, grad)
+    return loss, lse, grad
+
+
+@_fused_op.register_fake
+def _(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+    n = input.shape[0]
+    return (input.new_empty(_loss_shape(n, reduction), dtype=torch.float32),
+            input.new_empty((n if write_lse else 0,), dtype=torch.float32),
+            torch.empty_like(input, memory_format=torch.contiguous_format))
+
+
+@torch.library.custom_op("xent::fused_inplace", mutates_args=("input",))
+def _fused_inplace_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_index: int,
+                      reduction: int, label_smoothing: float, z_loss: float, softcap: float,
+                      write_lse: bool) -> tuple[Tensor, Tensor]:
+    if _emulating(input):
+        loss, lse, g = _reference.fused(input, target, weight, ignore_index, _RED_NAME[reduction],
+                                        label_smoothing, z_loss, softcap)
+        input.copy_(g)
+        return loss.float(), lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32)
+    _check_inputs(input, target, weight)
+    return _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                       write_lse, input)
+
+
+@_fused_inplace_op.register_fake
+def _(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+    n = input.shape[0]
+    return (input.new_empty(_loss_shape(n, reduction), dtype=torch.float32),
+            input.new_empty((n if write_lse else 0,), dtype=torch.float32))
+
+
+@torch.library.custom_op("xent::rescale_", mutates_args=("grad",))
+def _rescale_op(grad: Tensor, dloss: Tensor) -> None:
+    """grad *= dloss (one float for sum/mean, n for none), rows with factor 1 untouched."""
+    if _emulating(grad):
+        d = dloss.reshape(-1, 1) if dloss.numel() > 1 else dloss.reshape(())
+        grad.copy_((grad.double() * d.double()).to(grad.dtype))
+        return
+    n, c = grad.shape
+    key = (n, c, _row_stride(grad), _LOGIT[grad.dtype], _capi.XENT_I64, 0 if dloss.numel() > 1 else 2, -100,
+           0.0, 0, 0, _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0)
+    _launch(grad.device, key, logits=grad, grad=grad, dloss=dloss)
+
+
+@_rescale_op.register_fake
+def _(grad, dloss):
+    return None
+
+
+def _dloss(grad_output, n, reduction):
+    """The upstream gradient as xent wants it: contiguous fp32, 1 float (sum, mean) or n (none)."""
+    g = grad_output.to(torch.float32)
+    g = g.reshape(n) if reduction == 0 else g.reshape(1)
+    return g.contiguous()
+
+
+def _fused_setup(ctx, inputs, output):
+    input, target, weight, ignore_index, reduction, *_ = inputs
+    loss, lse, grad = output
+    ctx.mark_non_differentiable(lse, grad)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(grad)
+    ctx.reduction = reduction
+
+
+def _fused_backward(ctx, grad_loss, grad_lse, grad_grad):
+    (grad,) = ctx.saved_tensors
+    if grad_loss is None:
+        return torch.zeros_like(grad), None, None, None, None, None, None, None, None
+    torch.ops.xent.rescale_(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
+    return grad, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("xent::fused", _fused_backward, setup_context=_fused_setup)
+
+
+class _FusedInplace(torch.autograd.Function):
+    """XENT_OP_FUSED writing the gradient over the logits' own storage; backward rescales it in place.
+    The logits hold the gradient after the forward: nothing else may use them afterwards."""
+
+    @staticmethod
+    def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+        loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
+                                                 label_smoothing, z_loss, softcap, write_lse)
+        ctx.save_for_backward(input.detach())
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        ctx.reduction = reduction
+        return loss, lse
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        (grad,) = ctx.saved_tensors
+        if grad_loss is None:
+            return torch.zeros_like(grad), None, None, None, None, None, None, None, None
+        torch.ops.xent.rescale_(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
+        return grad, None, None, None, None, None, None, None, None
+
+
+# --- the public loss ---------------------------------------------------------------------------------
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
+                  z_loss=0.0, softcap=0.0, return_lse=False, inplace_backward=False):
+    """torch.nn.functional.cross_entropy for 2-D [N, C] CUDA logits and class-index targets, by xent.
+
+    input: float32, float16 or bfloat16, stride(1) == 1 (rows may be strided); target: int64 or int32 [N];
+    weight: optional [C] class weights (converted to contiguous float32). The loss is float32.
+
+    Extra options: z_loss adds z_loss * lse^2 per non-ignored row (not with weight); softcap > 0 applies
+    softcap * tanh(x / softcap) to the logits first; return_lse=True returns (loss, lse[N] float32, not
+    differentiable); inplace_backward=True writes the gradient over input's storage (saves N*C memory;
+    input must not be used after this call, by you or by autograd).
+
+    When input requires grad, the forward computes the gradient too (one read of the logits) and the
+    backward only rescales it by grad_output (nothing when grad_output is 1): a second backward through
+    the same graph (retain_graph=True) is not supported.
+    """
+    _check_inputs(input, target, weight)
+    _check_options(reduction, label_smoothing, z_loss, softcap, weight)
+    red = _RED[reduction]
+    if weight is not None:
+        weight = weight.detach().to(torch.float32).contiguous()
+    if not target.is_contiguous():
+        target = target.contiguous()
+    args = (target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss), float(softcap),
+            bool(return_lse))
+    if not (torch.is_grad_enabled() and input.requires_grad):
+        loss, lse = torch.ops.xent.forward(input, *args)
+    elif inplace_backward:
+        loss, lse = _FusedInplace.apply(input, *args)
+    else:
+        loss, lse, _ = torch.ops.xent.fused(input, *args)
+    return (loss, lse) if return_lse else loss
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """torch.nn.CrossEntropyLoss's arguments (weight, ignore_index, reduction, label_smoothing; the
+    deprecated size_average / reduce too) plus z_loss, softcap and inplace_backward; see cross_entropy."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                 label_smoothing=0.0, *, z_loss=0.0, softcap=0.0, inplace_backward=False):
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            from torch.nn import _reduction
+            reduction = _reduction.legacy_get_string(size_average, reduce)
+        _check_options(reduction, label_smoothing, z_loss, softcap, weight)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.z_loss = z_loss
+        self.softcap = softcap
+        self.inplace_backward = inplace_backward
+
+    def forward(self, input, target):
+        return cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing,
+                             z_loss=self.z_loss, softcap=self.softcap, inplace_backward=self.inplace_backward)
+
+    def extra_repr(self):
+        s = "reduction=%r, ignore_index=%d, label_smoothing=%g" % (self.reduction, self.ignore_index,
+                                                                    self.label_smoothing)
+        if self.z_loss:
+            s += ", z_loss=%g" % self.z_loss
+        if self.softcap:
+            s += ", softcap=%g" % self.softcap
+        if self.inplace_backward:
+            s += ", inplace_backward=True"
+        return s
+
+
+def check_targets(device=None):
+    """Synchronize the current stream of device (torch's current CUDA device by default) and raise
+    ValueError if any xent kernel launched there since the last check saw a target outside [0, C) that is
+    not ignore_index (those rows' losses are NaN); the flag is then cleared."""
+    if isinstance(device, torch.Tensor):
+        device = device.device
+    dev = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    if dev.type != "cuda":
+        raise ValueError("xent.check_targets: a CUDA device is needed (got %s)" % dev)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    xe = _context(index)
+    rc = xe.check_targets(stream=torch.cuda.current_stream(index).cuda_stream)
+    if rc == _capi.XENT_EBADTARGET:
+        raise ValueError("xent: a target outside [0, C) that is not ignore_index was seen since the last check "
+                         "(the losses of those rows are NaN)")
+
+
+# --- vocabulary shards -------------------------------------------------------------------------------
+
+def _check_shard(input, target, class_offset, vocab):
+    c = input.shape[1]
+    if not 0 <= int(class_offset) <= int(vocab) - c:
+        raise ValueError("xent: the shard's columns [%d, %d) must lie inside the vocabulary [0, %d)"
+                         % (class_offset, class_offset + c, vocab))
+
+
+@torch.library.custom_op("xent::shard_stats", mutates_args=())
+def _shard_stats_op(input: Tensor, target: Tensor, class_offset: int, vocab: int, ignore_index: int,
+                    label_smoothing: float, softcap: float) -> Tensor:
+    n, c = input.shape
+    if _emulating(input):
+        return _reference.shard_stats(input, target, class_offset, vocab, ignore_index, label_smoothing,
+                                      softcap).float()
+    stats = torch.empty((2, n), dtype=torch.float32, device=input.device)
+    loss = torch.empty((), dtype=torch.float32, device=input.device)
+    key = _key(input, target, None, ignore_index, 2, label_smoothing, 0.0, softcap, False, _capi.XENT_OP_FORWARD,
+               vocab=vocab, class_offset=class_offset)
+    _launch(input.device, key, input, target, loss=loss, stats=stats)
+    return stats
+
+
+@_shard_stats_op.register_fake
+def _(input, target, class_offset, vocab, ignore_index, label_smoothing, softcap):
+    return input.new_empty((2, input.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("xent::combine", mutates_args=())
+def _combine_op(stats: Tensor, target: Tensor, vocab: int, ignore_index: int, reduction: int,
+                label_smoothing: float, z_loss: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    k, _, n = stats.shape
+    if _emulating(stats):
+        loss, lse = _reference.combine(stats, target, ignore_index, _RED_NAME[reduction], z_loss)
+        return loss.float(), lse.float()
+    loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=stats.device)
+    lse = torch.empty((n,), dtype=torch.float32, device=stats.device)
+    key = (n, int(vocab), int(vocab), _LOGIT[dtype], _INDEX[target.dtype], reduction, int(ignore_index),
+           float(label_smoothing), 0, 1, _capi.XENT_OP_COMBINE, float(z_loss), 0.0, 0, 0, k)
+    _launch(stats.device, key, targets=target, loss=loss, lse=lse, stats=stats)
+    return loss, lse
+
+
+@_combine_op.register_fake
+def _(stats, target, vocab, ignore_index, reduction, label_smoothing, z_loss, dtype):
+    n = stats.shape[2]
+    return (stats.new_empty(_loss_shape(n, reduction), dtype=torch.float32),
+            stats.new_empty((n,), dtype=torch.float32))
+
+
+@torch.library.custom_op("xent::shard_backward", mutates_args=())
+def _shard_backward_op(input: Tensor, target: Tensor, lse: Tensor, dloss: Tensor, class_offset: int, vocab: int,
+                       ignore_index: int, reduction: int, label_smoothing: float, z_loss: float,
+                       softcap: float) -> Tensor:
+    if _emulating(input):
+        return _reference.shard_backward(input, target, lse, dloss, class_offset, vocab, ignore_index,
+                                         _RED_NAME[reduction], label_smoothing, z_loss, softcap).to(input.dtype)
+    if not _aligned(input):
+        input = input.contiguous() if not input.is_contiguous() else input.clone()
+    grad = torch.empty_like(input, memory_format=torch.contiguous_format)
+    key = _key(input, target, None, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
+               _capi.XENT_OP_BACKWARD, vocab=vocab, class_offset=class_offset)
+    _launch(input.device, key, input, target, lse=lse, grad=grad, dloss=dloss)
+    return grad
+
+
+@_shard_backward_op.register_fake
+def _(input, target, lse, dloss, class_offset, vocab, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+def shard_stats(logits_shard, target, class_offset, vocab, *, ignore_index=-100, label_smoothing=0.0, softcap=0.0):
+    """The per-row partials of one vocabulary shard: a float32 [2, N] tensor (the rows' lse over the shard's
+    columns, then their linear part). logits_shard [N, c] holds classes [class_offset, class_offset + c) of a
+    vocabulary of `vocab` classes; target [N] indexes the whole vocabulary. Not differentiable."""
+    _check_inputs(logits_shard, target, what="logits_shard")
+    _check_options("mean", label_smoothing, 0.0, softcap)
+    _check_shard(logits_shard, target, class_offset, vocab)
+    if logits_shard.shape[1] == int(vocab):
+        raise ValueError("xent.shard_stats: the shard is the whole vocabulary (c = vocab = %d); use "
+                         "xent.cross_entropy" % vocab)
+    return torch.ops.xent.shard_stats(logits_shard.detach(), target.contiguous(), int(class_offset), int(vocab),
+                                      int(ignore_index), float(label_smoothing), float(softcap))
+
+
+def combine(stats, target, vocab, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, z_loss=0.0,
+            dtype=torch.float32):
+    """The loss and every row's global lse from k shards' partials: stats is [k, 2, N] float32 (the
+    shard_stats of the k shards stacked, in any order) or a list of k [2, N] tensors. Returns (loss, lse)."""
+    if isinstance(stats, (list, tuple)):
+        stats = torch.stack(list(stats))
+    if not isinstance(stats, torch.Tensor) or stats.dim() != 3 or stats.shape[1] != 2:
+        raise ValueError("xent.combine: stats must be [k, 2, N] (got %s)"
+                         % ((tuple(stats.shape) if isinstance(stats, torch.Tensor) else type(stats).__name__),))
+    if stats.dtype != torch.float32:
+        raise TypeError("xent.combine: stats must be float32 (got %s)" % stats.dtype)
+    n = stats.shape[2]
+    if not isinstance(target, torch.Tensor) or target.dim() != 1 or target.shape[0] != n:
+        raise ValueError("xent.combine: target must be 1-D with N = %d elements" % n)
+    if target.dtype not in _INDEX:
+        raise TypeError("xent.combine: target must be int64 or int32 (got %s)" % target.dtype)
+    if target.device != stats.device:
+        raise ValueError("xent.combine: target is on %s but stats on %s" % (target.device, stats.device))
+    if stats.device.type != "cuda" and not _emulating(stats) and stats.device.type != "meta":
+        raise ValueError("xent.combine: stats must be a CUDA tensor (got %s)" % stats.device)
+    if dtype not in _LOGIT:
+        raise TypeError("xent.combine: dtype must be the logits' dtype (float32, float16, bfloat16)")
+    _check_options(reduction, label_smoothing, z_loss, 0.0)
+    return torch.ops.xent.combine(stats.contiguous(), target.contiguous(), int(vocab), int(ignore_index),
+                                  _RED[reduction], float(label_smoothing), float(z_loss), dtype)
+
+
+def shard_backward(logits_shard, target, lse, dloss, class_offset, vocab, *, ignore_index=-100, reduction="mean",
+                   label_smoothing=0.0, z_loss=0.0, softcap=0.0):
+    """The gradient of the combined loss (times dloss: 1 float for sum/mean, N for none) with respect to one
+    shard's logits, from the global lse that combine returned. Returns a tensor like logits_shard."""
+    _check_inputs(logits_shard, target, what="logits_shard")
+    _check_options(reduction, label_smoothing, z_loss, softcap)
+    _check_shard(logits_shard, target, class_offset, vocab)
+    n = logits_shard.shape[0]
+    if not isinstance(lse, torch.Tensor) or lse.shape != (n,) or lse.dtype != torch.float32:
+        raise ValueError("xent.shard_backward: lse must be a float32 [N] tensor (from combine)")
+    if not isinstance(dloss, torch.Tensor):
+        dloss = torch.tensor(float(dloss), device=logits_shard.device)
+    dl = _dloss(dloss, n, _RED[reduction])
+    return torch.ops.xent.shard_backward(logits_shard.detach(), target.contiguous(), lse.contiguous(), dl,
+                                         int(class_offset), int(vocab), int(ignore_index), _RED[reduction],
+                                         float(label_smoothing), float(z_loss), float(softcap))
+
+
+class _VocabParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits_shard, target, class_offset, vocab, group, ignore_index, reduction, label_smoothing,
+                z_loss, softcap):
+        stats = shard_stats(logits_shard, target, class_offset, vocab, ignore_index=ignore_index,
+                            label_smoothing=label_smoothing, softcap=softcap)
+        if group is not None:
+            import torch.distributed as dist
+            k = dist.get_world_size(group)
+            gathered = stats.new_empty((k,) + tuple(stats.shape))
+            dist.all_gather_into_tensor(gathered, stats.contiguous(), group=group)
+        else:
+            gathered = stats.unsqueeze(0)
+        loss, lse = combine(gathered, target, vocab, ignore_index=ignore_index, reduction=reduction,
+                            label_smoothing=label_smoothing, z_loss=z_loss, dtype=logits_shard.dtype)
+        ctx.save_for_backward(logits_shard, target, lse)
+        ctx.args = (class_offset, vocab, ignore_index, reduction, label_smoothing, z_loss, softcap)
+        ctx.mark_non_differentiable(lse)
+        return loss, lse
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        logits_shard, target, lse = ctx.saved_tensors
+        class_offset, vocab, ignore_index, reduction, label_smoothing, z_loss, softcap = ctx.args
+        g = shard_backward(logits_shard, target, lse, grad_loss, class_offset, vocab, ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+        return g, None, None, None, None, None, None, None, None, None
+
+
+def vocab_parallel_cross_entropy(logits_shard, target, class_offset, vocab, group=None, *, ignore_index=-100,
+                                 reduction="mean", label_smoothing=0.0, z_loss=0.0, softcap=0.0, return_lse=False):
+    """Cross-entropy over a vocabulary split across the ranks of a process group (tensor parallelism).
+
+    Each rank passes its logits shard [N, c] (classes [class_offset, class_offset + c) of `vocab`) and the
+    same target [N]; the shards' partials (2N floats per rank) are all-gathered over `group` with
+    torch.distributed and combined, so every rank gets the same loss, and the backward gives each rank the
+    gradient of its own columns. group=None: a single shard (this process holds the whole vocabulary
+    when class_offset == 0 and c == vocab)."""
+    _check_inputs(logits_shard, target, what="logits_shard")
+    _check_options(reduction, label_smoothing, z_loss, softcap)
+    _check_shard(logits_shard, target, class_offset, vocab)
+    if group is None and logits_shard.shape[1] != vocab:
+        raise ValueError("xent.vocab_parallel_cross_entropy: without a group the shard must be the whole "
+                         "vocabulary (c = %d, vocab = %d)" % (logits_shard.shape[1], vocab))
+    if logits_shard.shape[1] == vocab:  # one shard: the whole vocabulary, the fused loss
+        return cross_entropy(logits_shard, target, None, ignore_index, reduction, label_smoothing, z_loss=z_loss,
+                             softcap=softcap, return_lse=return_lse)
+    loss, lse = _VocabParallel.apply(logits_shard, target, int(class_offset), int(vocab), group, int(ignore_index),
+                                     reduction, float(label_smoothing), float(z_loss), float(softcap))
+    return (loss, lse) if return_lse else loss
