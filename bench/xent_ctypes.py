@@ -70,7 +70,7 @@ XENT_I32, XENT_I64 = 0, 1
 XENT_REDUCE_NONE, XENT_REDUCE_SUM, XENT_REDUCE_MEAN = 0, 1, 2
 
 REDUCTIONS = {"none": XENT_REDUCE_NONE, "sum": XENT_REDUCE_SUM, "mean": XENT_REDUCE_MEAN}
-SOURCE_NAMES = {0: "user_db", 1: "shipped", 2: "nearest", 3: "heuristic", 4: "explicit"}
+SOURCE_NAMES = {0: "user_db", 1: "shipped", 2: "nearest", 3: "heuristic", 4: "explicit", 5: "arch"}
 
 # keyed by str(tensor.dtype), so that no torch import is needed to build them
 _LOGIT_DTYPES = {"torch.float32": XENT_F32, "torch.float16": XENT_F16, "torch.bfloat16": XENT_BF16}

@@ -7,11 +7,21 @@
 #define XENT_GEN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "gen/space.h"
 
 /* The template sources, embedded at build time (build/templates.c). */
 extern const char xent_template_xent_fwd[];
 extern const char xent_template_read_floor[];
+
+/* The template source of a kernel family ("xent_fwd"); NULL if there is none. */
+const char *xent_family_template(const char *family);
+/* FNV-1a (64 bits) of n bytes: the kernel cache's and the tune cache's
+ * template hash. */
+uint64_t xent_text_hash(const char *s, size_t n);
+/* The hash of family's template as 16 hex digits into buf (len >= 17):
+ * what a tune-cache entry is stamped with. XENT_EINVAL for an unknown family. */
+int xent_template_hash(const char *family, char *buf, size_t len);
 
 /* A compiled kernel: the CUBIN and what ptxas reported about it. */
 typedef struct xent_cubin {

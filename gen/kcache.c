@@ -27,11 +27,7 @@ typedef struct mem_entry {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mem_head;
 
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
+static uint64_t fnv1a(const char *s, size_t n) { return xent_text_hash(s, n); }
 
 static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     char *defines = xent_render_defines(cfg, p);

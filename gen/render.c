@@ -5,6 +5,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every kernel family and its template: what a tune-cache key's family
+ * names, so the key's stamp hashes that family's source. */
+static const struct {
+    const char *family;
+    const char *text;
+} families[] = {
+    {"xent_fwd", xent_template_xent_fwd},
+};
+
+const char *xent_family_template(const char *family) {
+    for (size_t i = 0; family && i < sizeof families / sizeof families[0]; i++)
+        if (!strcmp(families[i].family, family)) return families[i].text;
+    return NULL;
+}
+
+uint64_t xent_text_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bits */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+int xent_template_hash(const char *family, char *buf, size_t len) {
+    const char *text = xent_family_template(family);
+    if (!text || !buf || len < 17) return XENT_EINVAL;
+    snprintf(buf, len, "%016llx", (unsigned long long)xent_text_hash(text, strlen(text)));
+    return XENT_OK;
+}
+
 /* Rows this short are instruction bound: a compile-time class count lets the
  * template drop the items no row fills and unroll its per-row loops exactly.
  * The price is a kernel per c (plans are per problem already, and the kernel
