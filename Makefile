@@ -33,7 +33,7 @@ $(BUILD)/%.o: %.c $(HEADERS)
 $(BUILD)/prefix: FORCE
 	@mkdir -p $(@D)
 	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
-$(BUILD)/runtime/plan.o: $(BUILD)/prefix
+$(BUILD)/runtime/lookup.o: $(BUILD)/prefix
 # The commit a build came from, for logs made where the build is carried to.
 $(BUILD)/COMMIT: FORCE
 	@mkdir -p $(@D)

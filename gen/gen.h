@@ -7,6 +7,7 @@
 #define XENT_GEN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "gen/space.h"
 
 /* The template sources, embedded at build time (build/templates.c). */
@@ -15,8 +16,17 @@ extern const char xent_template_read_floor[];
 extern const char xent_template_xent_grad[];
 
 /* The template source of a family, and its file name (for #line). */
-const char *xent_family_template(xent_family f);
+const char *xent_family_source(xent_family f);
 const char *xent_family_file(xent_family f);
+
+/* The template source of a kernel family ("xent_fwd"); NULL if there is none. */
+const char *xent_family_template(const char *family);
+/* FNV-1a (64 bits) of n bytes: the kernel cache's and the tune cache's
+ * template hash. */
+uint64_t xent_text_hash(const char *s, size_t n);
+/* The hash of family's template as 16 hex digits into buf (len >= 17):
+ * what a tune-cache entry is stamped with. XENT_EINVAL for an unknown family. */
+int xent_template_hash(const char *family, char *buf, size_t len);
 
 /* A compiled kernel: the CUBIN and what ptxas reported about it. */
 typedef struct xent_cubin {

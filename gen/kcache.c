@@ -27,17 +27,13 @@ typedef struct mem_entry {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mem_head;
 
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
+static uint64_t fnv1a(const char *s, size_t n) { return xent_text_hash(s, n); }
 
 static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
     char *key = NULL;
-    const char *tpl = xent_family_template(xent_problem_family(p));
+    const char *tpl = xent_family_source(xent_problem_family(p));
     uint64_t th = fnv1a(tpl, strlen(tpl));
     if (asprintf(&key, "%stemplate=%016llx arch=sm_%d nvrtc=%d\n", defines, (unsigned long long)th, arch,
                  xent_nvrtc_version()) < 0)

@@ -5,13 +5,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every kernel family and its template: what a tune-cache key's family
+ * names, so the key's stamp hashes that family's source. */
+static const struct {
+    const char *family;
+    const char *text;
+} families[] = {
+    {"xent_fwd", xent_template_xent_fwd},
+    {"xent_grad", xent_template_xent_grad}, /* "xent_grad/fused", "xent_grad/bwd", ... */
+};
+
+const char *xent_family_template(const char *family) {
+    for (size_t i = 0; family && i < sizeof families / sizeof families[0]; i++) {
+        size_t n = strlen(families[i].family);
+        if (!strncmp(families[i].family, family, n) && (family[n] == '\0' || family[n] == '/'))
+            return families[i].text;
+    }
+    return NULL;
+}
+
+uint64_t xent_text_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bits */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+int xent_template_hash(const char *family, char *buf, size_t len) {
+    const char *text = xent_family_template(family);
+    if (!text || !buf || len < 17) return XENT_EINVAL;
+    snprintf(buf, len, "%016llx", (unsigned long long)xent_text_hash(text, strlen(text)));
+    return XENT_OK;
+}
+
 /* Rows this short are instruction bound: a compile-time class count lets the
  * template drop the items no row fills and unroll its per-row loops exactly.
  * The price is a kernel per c (plans are per problem already, and the kernel
  * cache keys on these defines). */
 #define FIXED_C_MAX 256
 
-const char *xent_family_template(xent_family f) {
+const char *xent_family_source(xent_family f) {
     return f == XENT_FAMILY_GRAD ? xent_template_xent_grad : xent_template_xent_fwd;
 }
 
@@ -56,7 +88,7 @@ char *xent_render(const xent_config *cfg, const xent_problem *p) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
     xent_family fam = xent_problem_family(p);
-    const char *tpl = xent_family_template(fam);
+    const char *tpl = xent_family_source(fam);
     size_t n = strlen(defines) + strlen(tpl) + 64;
     char *src = malloc(n);
     if (src) snprintf(src, n, "%s#line 1 \"%s\"\n%s", defines, xent_family_file(fam), tpl);

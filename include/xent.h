@@ -125,7 +125,9 @@ typedef enum xent_source {
     XENT_SOURCE_SHIPPED = 1,  /**< exact entry of the tune cache shipped for this GPU */
     XENT_SOURCE_NEAREST = 2,  /**< the nearest tuned shape of this GPU and dtype */
     XENT_SOURCE_HEURISTIC = 3,/**< the built-in heuristic */
-    XENT_SOURCE_EXPLICIT = 4  /**< a configuration given by the caller */
+    XENT_SOURCE_EXPLICIT = 4, /**< a configuration given by the caller */
+    XENT_SOURCE_ARCH = 5      /**< the tune cache shipped for the nearest GPU of the same
+                                   architecture (this GPU has none, or it had no answer) */
 } xent_source;
 
 /** An opaque per-device context (the device's primary CUDA context). */
@@ -174,7 +176,8 @@ int xent_device_get_info(xent_context *ctx, xent_device_info *info);
 
 /**
  * Return the context's plan for *p, building it on first use (tune-cache
- * lookup: user DB, shipped DB, nearest tuned shape, heuristic; then NVRTC
+ * lookup: user DB, shipped DB, nearest tuned shape, the shipped cache of the
+ * nearest GPU of the same architecture, heuristic; then NVRTC
  * compile, or a cached CUBIN). Later calls with an equal problem are a hash
  * lookup. The plan lives until the context is destroyed. Thread-safe.
  */
@@ -190,7 +193,12 @@ int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan)
 /** Where the plan's configuration came from. */
 xent_source xent_plan_source(const xent_plan *plan);
 
-/** Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf. */
+/**
+ * Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf, with
+ * its source, the tune cache that answered ("source=arch cache=h200") and a
+ * note naming each cache or entry passed over on the way, and why (a stale
+ * entry, made by another template or NVRTC; a config that does not fit).
+ */
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len);
 
 /** Bytes of device workspace a caller-provided xent_args.workspace must have (zeroed once before first use). */

@@ -106,8 +106,7 @@ void xent_context_destroy(xent_context *ctx) {
     if (ctx->err_flag) ctx->drv->MemFree(ctx->err_flag);
     if (entered) xent_ctx_leave(ctx, pushed);
     if (ctx->cuctx) ctx->drv->DevicePrimaryCtxRelease(ctx->dev);
-    tc_close(ctx->user_db);
-    tc_close(ctx->shipped_db);
+    xent_caches_close(&ctx->caches);
     pthread_rwlock_destroy(&ctx->lock);
     free(ctx);
 }

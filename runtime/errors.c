@@ -112,7 +112,7 @@ void xent_problem_normalize(const xent_problem *p, xent_problem *out) {
     out->op = p->op;
     out->z_loss = p->z_loss;
     out->softcap = p->softcap;
-    out->vocab = p->vocab == p->c && p->class_offset == 0 ? 0 : p->vocab;
+    out->vocab = p->vocab;
     out->class_offset = p->class_offset;
     out->shards = p->shards;
 }

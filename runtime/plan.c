@@ -8,10 +8,6 @@
 #include "gen/gen.h"
 #include "runtime/runtime.h"
 
-#ifndef XENT_DATADIR
-#define XENT_DATADIR "/usr/local/share/xent"
-#endif
-
 static uint64_t problem_hash(const xent_problem *p) {
     const unsigned char *b = (const unsigned char *)p;
     uint64_t h = 1469598103934665603ull;
@@ -35,45 +31,20 @@ void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
     key->n = p->n;
     key->c = p->c;
     key->template_version = XENT_TEMPLATE_VERSION;
+    xent_tc_stamp(key);
 }
 
-/* Opened at the first plan miss; an unreadable cache is noted, not fatal. */
-static void open_dbs(xent_context *ctx) {
-    char path[4096], err[512];
-    ctx->dbs_opened = 1;
-    if (tc_user_path(path, sizeof path) == XENT_OK && access(path, R_OK) == 0 &&
-        tc_open(path, 1, &ctx->user_db, err, sizeof err) != XENT_OK) {
-        ctx->user_db = NULL;
-        snprintf(ctx->db_note, sizeof ctx->db_note, "user tune cache skipped: %.900s", err);
-    }
-    const char *dir = getenv("XENT_DATADIR");
-    snprintf(path, sizeof path, "%s/%s.sql", dir && *dir ? dir : XENT_DATADIR, ctx->info.key);
-    if (access(path, R_OK) != 0) return;
-    if (tc_open(":memory:", 0, &ctx->shipped_db, err, sizeof err) != XENT_OK ||
-        tc_import_file(ctx->shipped_db, path, NULL) != XENT_OK) {
-        snprintf(ctx->db_note, sizeof ctx->db_note, "shipped tune cache %.400s skipped: %.500s", path,
-                 ctx->shipped_db ? tc_errmsg(ctx->shipped_db) : err);
-        tc_close(ctx->shipped_db);
-        ctx->shipped_db = NULL;
-    }
-}
-
-/* The lookup order of the design: user DB, shipped DB, nearest, heuristic. */
-static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_config *cfg) {
+/* The caches are opened at the first plan miss; an unreadable one is noted, not fatal. */
+static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_config *cfg, tc_answer *a) {
     if (p->op == XENT_OP_COMBINE || p->op == XENT_OP_RESCALE) { /* fixed kernels, nothing to tune */
+        memset(a, 0, sizeof *a);
         xent_config_heuristic(p, ctx->info.sm_count, cfg);
         return XENT_SOURCE_HEURISTIC;
     }
-    if (!ctx->dbs_opened) open_dbs(ctx);
+    if (!ctx->caches.opened) xent_caches_open(&ctx->caches, ctx->info.key, ctx->arch, ctx->info.sm_count, xent_datadir());
     tc_key key;
-    tc_entry e;
-    int from = TC_FROM_NONE;
     xent_tc_key(ctx, p, &key);
-    if (tc_lookup(ctx->user_db, ctx->shipped_db, &key, &e, &from) == XENT_OK &&
-        xent_config_parse(e.config, cfg, NULL, 0) == XENT_OK && xent_config_fits(cfg, p, NULL, 0))
-        return (xent_source)from;
-    xent_config_heuristic(p, ctx->info.sm_count, cfg);
-    return XENT_SOURCE_HEURISTIC;
+    return xent_choose_config(&ctx->caches, &key, p, cfg, a);
 }
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -255,10 +226,13 @@ static int memo_insert(xent_context *ctx, xent_plan *plan, uint64_t h) {
 
 static int plan_miss(xent_context *ctx, const xent_problem *key, uint64_t h, xent_plan **plan) {
     xent_config cfg;
-    xent_source src = choose_config(ctx, key, &cfg);
+    tc_answer a;
+    xent_source src = choose_config(ctx, key, &cfg, &a);
     int rc = xent_plan_build(ctx, key, &cfg, src, plan);
     if (rc) return rc;
-    snprintf((*plan)->note, sizeof (*plan)->note, "%s", ctx->db_note);
+    snprintf((*plan)->cache, sizeof (*plan)->cache, "%s", a.cache);
+    snprintf((*plan)->note, sizeof (*plan)->note, "%.250s%s%.768s", ctx->caches.note,
+             ctx->caches.note[0] && a.note[0] ? "; " : "", a.note);
     if ((rc = memo_insert(ctx, *plan, h))) {
         xent_plan_destroy(*plan);
         *plan = NULL;
@@ -308,11 +282,12 @@ xent_source xent_plan_source(const xent_plan *plan) {
 
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;
-    static const char *sources[] = {"user-db", "shipped", "nearest", "heuristic", "explicit"};
+    static const char *sources[] = {"user-db", "shipped", "nearest", "heuristic", "explicit", "arch"};
     char cfg[200];
     xent_config_format(&plan->config, cfg, sizeof cfg);
-    int w = snprintf(buf, len, "%s source=%s grid=%u regs=%d%s%s", cfg, sources[plan->source], plan->grid,
-                     plan->registers, plan->note[0] ? " note=" : "", plan->note);
+    int w = snprintf(buf, len, "%s source=%s%s%s grid=%u regs=%d%s%s", cfg, sources[plan->source],
+                     plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->registers,
+                     plan->note[0] ? " note=" : "", plan->note);
     return w >= 0 && (size_t)w < len ? XENT_OK : XENT_EINVAL;
 }
 

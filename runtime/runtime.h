@@ -27,8 +27,30 @@ struct xent_plan {
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;
-    char note[1024];         /* why a tune-cache source was skipped, if it was */
+    char cache[32];          /* the tune cache that answered: "user" or a shipped cache's GPU key */
+    char note[1024];         /* why a tune cache or an entry was skipped, if one was */
 };
+
+/* The tune caches a context reads, opened at its first plan miss. */
+typedef struct xent_caches {
+    int opened;
+    tc_db *user;             /* the user's cache, read-only */
+    tc_db *shipped;          /* <datadir>/<gpu>.sql, in memory */
+    tc_db *arch;             /* the nearest sibling's shipped cache (may be shipped itself) */
+    char gpu[32], arch_gpu[32]; /* the GPU keys of shipped and arch */
+    char note[1024];         /* why a cache was skipped */
+} xent_caches;
+
+/* A GPU the library knows: its key, architecture and SM counts. */
+typedef struct xent_gpu_spec {
+    const char *key;
+    int cc;                  /* 10*major + minor */
+    int sms[3];              /* multiprocessor counts of its variants */
+} xent_gpu_spec;
+
+/* The known GPUs, ended by a NULL key; within an architecture in order of preference. */
+extern const xent_gpu_spec xent_known_gpus[];
+const xent_gpu_spec *xent_gpu_find(const char *key);
 
 typedef struct plan_slot {
     uint64_t hash;
@@ -46,9 +68,7 @@ struct xent_context {
     pthread_rwlock_t lock;   /* plans (read: lookups; write: building one), caches */
     plan_slot *slots;        /* open addressing, power-of-two capacity */
     size_t nslots, nplans;
-    int dbs_opened;
-    tc_db *user_db, *shipped_db;
-    char db_note[1024];
+    xent_caches caches;
     char errmsg[16384];
 };
 
@@ -71,6 +91,32 @@ void xent_plan_destroy(xent_plan *plan);
 
 /* The tune-cache key of a problem on this context's device. */
 void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key);
+
+/* Set key's stamps: the hash of its family's template and the NVRTC version. */
+void xent_tc_stamp(tc_key *key);
+
+/* Where shipped caches are: $XENT_DATADIR, else the installed share/xent. */
+const char *xent_datadir(void);
+
+/* The GPU whose shipped cache (<datadir>/<key>.sql, present) a GPU of this
+ * architecture and SM count uses when its own has no answer: a known GPU of
+ * the same architecture with the nearest SM count, the GPU itself first
+ * among equals when include_own, else the table's order. XENT_ENOTFOUND if none. */
+int xent_arch_sibling(const char *gpu, int arch, int sm_count, const char *datadir, int include_own,
+                      char *out, size_t len);
+
+/* Open the caches for GPU key gpu: the user's (tc_user_path), the shipped
+ * <datadir>/<gpu>.sql and the arch sibling's. A cache that cannot be read is
+ * left NULL with the reason in c->note. Close with xent_caches_close. */
+void xent_caches_open(xent_caches *c, const char *gpu, int arch, int sm_count, const char *datadir);
+void xent_caches_close(xent_caches *c);
+
+/* The configuration for p, whose tune-cache key is key: the lookup chain of
+ * tc_lookup over c, each entry checked to parse and fit p, then the
+ * heuristic (for key->sm_count). a says which cache answered and what was
+ * passed over. */
+xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
+                               tc_answer *a);
 
 /* The short GPU key ("h200") of a device name ("NVIDIA H200"). */
 void xent_gpu_key(const char *name, char *key, size_t len);

@@ -286,6 +286,40 @@ END_TEST
 START_TEST(nvrtc_version_known) { ck_assert_int_ge(xent_nvrtc_version(), 1200); }
 END_TEST
 
+/* The tuner's floor: both read kernels of the template, for each unroll it
+ * times, compile for sm_90 without spilling (they cannot be run here). */
+START_TEST(read_floor_compiles) {
+    static const char *kernels[] = {"xent_read_floor", "xent_read_once"};
+    for (int unroll = 4; unroll <= 8; unroll += 4) {
+        char *src = NULL, err[4096];
+        xent_cubin bin;
+        ck_assert_int_ge(asprintf(&src, "#define XENT_UNROLL %d\n%s", unroll, xent_template_read_floor), 0);
+        int rc = xent_nvrtc_compile(src, ARCH, &bin, err, sizeof err);
+        free(src);
+        ck_assert_msg(rc == XENT_OK, "unroll %d: %s", unroll, err);
+        ck_assert_int_eq(bin.spill_bytes, 0);
+        for (int k = 0; k < 2; k++)
+            ck_assert_msg(memmem(bin.data, bin.size, kernels[k], strlen(kernels[k]) + 1), "unroll %d: no %s", unroll,
+                          kernels[k]);
+        xent_cubin_free(&bin);
+    }
+}
+END_TEST
+
+/* A tune-cache stamp is the hash of the family's own template text. */
+START_TEST(template_hash_of_family) {
+    char h[17], want[17];
+    ck_assert_int_eq(xent_template_hash("xent_fwd", h, sizeof h), XENT_OK);
+    snprintf(want, sizeof want, "%016llx",
+             (unsigned long long)xent_text_hash(xent_template_xent_fwd, strlen(xent_template_xent_fwd)));
+    ck_assert_str_eq(h, want);
+    ck_assert_ptr_eq(xent_family_template("xent_fwd"), xent_template_xent_fwd);
+    ck_assert_ptr_null(xent_family_template("no_such_family"));
+    ck_assert_int_eq(xent_template_hash("no_such_family", h, sizeof h), XENT_EINVAL);
+    ck_assert_int_eq(xent_template_hash("xent_fwd", h, 16), XENT_EINVAL);
+}
+END_TEST
+
 static xent_problem small_problem(void) {
     xent_problem p;
     xent_problem_init(&p, 100, 333);
@@ -368,6 +402,8 @@ int main(void) {
     tcase_add_test(tc, compile_error_keeps_the_log);
     tcase_add_test(tc, ptxas_report_parses);
     tcase_add_test(tc, nvrtc_version_known);
+    tcase_add_test(tc, read_floor_compiles);
+    tcase_add_test(tc, template_hash_of_family);
     tcase_add_test(tc, kernel_cache_memory_and_disk);
     tcase_add_test(tc, kernel_cache_rejects_a_tampered_entry);
     tcase_add_test(tc, kernel_cache_can_be_off);

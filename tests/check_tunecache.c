@@ -20,7 +20,14 @@
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 
+#define TC_STR_(x) #x
+#define TC_STR(x) TC_STR_(x)
+#define TC_SCHEMA_VERSION_NEXT 3
+
 /* ---- fixtures --------------------------------------------------------- */
+
+/* The stamps of the keys made here: a template hash and NVRTC 13.0. */
+#define STAMP "0123456789abcdef"
 
 static void make_tmpdir(void)
 {
@@ -43,6 +50,8 @@ static tc_key mkkey(int64_t n, int64_t c)
     k.n = n;
     k.c = c;
     k.template_version = 1;
+    strcpy(k.template_hash, STAMP);
+    k.nvrtc = 1300;
     return k;
 }
 
@@ -173,7 +182,7 @@ START_TEST(test_newer_version_refused)
 {
     const char *p = tpath("newer.db");
     tc_close(open_ok(p));
-    raw_exec(p, "PRAGMA user_version = 2");
+    raw_exec(p, "PRAGMA user_version = " TC_STR(TC_SCHEMA_VERSION_NEXT));
     for (int ro = 0; ro <= 1; ro++) {
         tc_db *db = (tc_db *)1;
         char err[256] = "";
@@ -433,39 +442,49 @@ END_TEST
 
 /* ---- lookup order -------------------------------------------------------- */
 
+/* A lookup over user and shipped only, every fresh entry usable. */
+static int lookup2(tc_db *user, tc_db *ship, const tc_key *k, tc_answer *a)
+{
+    tc_stores st = { user, ship, NULL, "h200", NULL, NULL, NULL };
+    return tc_lookup(&st, k, a);
+}
+
 START_TEST(test_lookup_order)
 {
     tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:");
     tc_key k = mkkey(32768, 4096);
-    tc_entry e;
-    int from = -1;
+    tc_answer a;
 
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_ENOTFOUND);
-    ck_assert_int_eq(from, TC_FROM_NONE);
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_ENOTFOUND);
+    ck_assert_int_eq(a.from, TC_FROM_NONE);
 
     put_ok(user, 32000, 4000, "USER_NEAR", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_NEAREST);
-    ck_assert_str_eq(e.config, "USER_NEAR");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_str_eq(a.entry.config, "USER_NEAR");
+    ck_assert_str_eq(a.cache, "user");
+    ck_assert_int_eq(a.n, 32000);
 
     put_ok(ship, 32768, 4096, "SHIP_EXACT", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_SHIPPED);
-    ck_assert_str_eq(e.config, "SHIP_EXACT");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+    ck_assert_str_eq(a.entry.config, "SHIP_EXACT");
+    ck_assert_str_eq(a.cache, "h200");
 
     put_ok(user, 32768, 4096, "USER_EXACT", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_USER);
-    ck_assert_str_eq(e.config, "USER_EXACT");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_USER);
+    ck_assert_str_eq(a.entry.config, "USER_EXACT");
+    ck_assert_str_eq(a.note, "");
 
     /* NULL stores are skipped. */
-    ck_assert_int_eq(tc_lookup(NULL, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_SHIPPED);
-    ck_assert_int_eq(tc_lookup(user, NULL, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_USER);
-    from = -1;
-    ck_assert_int_eq(tc_lookup(NULL, NULL, &k, &e, &from), XENT_ENOTFOUND);
-    ck_assert_int_eq(from, TC_FROM_NONE);
+    ck_assert_int_eq(lookup2(NULL, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+    ck_assert_int_eq(lookup2(user, NULL, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_USER);
+    ck_assert_int_eq(lookup2(NULL, NULL, &k, &a), XENT_ENOTFOUND);
+    ck_assert_int_eq(a.from, TC_FROM_NONE);
+    ck_assert_int_eq(tc_lookup(NULL, &k, &a), XENT_EINVAL);
     tc_close(user);
     tc_close(ship);
 }
@@ -475,30 +494,305 @@ START_TEST(test_lookup_nearer_store_wins)
 {
     tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:");
     tc_key k = mkkey(10000, 1000);
-    tc_entry e;
-    int from;
+    tc_answer a;
 
     put_ok(user, 100, 1000, "USER_FAR", 1.0);
     put_ok(ship, 9000, 1000, "SHIP_CLOSE", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_NEAREST);
-    ck_assert_str_eq(e.config, "SHIP_CLOSE");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_str_eq(a.entry.config, "SHIP_CLOSE");
+    ck_assert_str_eq(a.cache, "h200");
 
     put_ok(user, 10500, 1000, "USER_CLOSER", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_NEAREST);
-    ck_assert_str_eq(e.config, "USER_CLOSER");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_str_eq(a.entry.config, "USER_CLOSER");
 
     /* Equally near: the user's own measurement is preferred. */
     put_ok(ship, 10500, 1000, "SHIP_SAME", 1.0);
-    ck_assert_int_eq(tc_lookup(user, ship, &k, &e, &from), XENT_OK);
-    ck_assert_str_eq(e.config, "USER_CLOSER");
+    ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+    ck_assert_str_eq(a.entry.config, "USER_CLOSER");
 
-    ck_assert_int_eq(tc_lookup(NULL, ship, &k, &e, &from), XENT_OK);
-    ck_assert_int_eq(from, TC_FROM_NEAREST);
-    ck_assert_str_eq(e.config, "SHIP_SAME");
+    ck_assert_int_eq(lookup2(NULL, ship, &k, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_str_eq(a.entry.config, "SHIP_SAME");
     tc_close(user);
     tc_close(ship);
+}
+END_TEST
+
+/* ---- stamps: entries made by another template or NVRTC ------------------ */
+
+static void put_stamped(tc_db *db, tc_key k, const char *hash, int nvrtc, const char *config)
+{
+    snprintf(k.template_hash, sizeof k.template_hash, "%s", hash);
+    k.nvrtc = nvrtc;
+    put_key(db, &k, config);
+}
+
+/* The stamps are not part of an entry's identity: a new winner (the
+ * tuner's tc_put with the current stamps) replaces a stale one in place. */
+START_TEST(test_stamps_replace_in_place)
+{
+    const char *p = tpath("stamps.db");
+    tc_db *db = open_ok(p);
+    tc_key k = mkkey(4096, 32000);
+    tc_entry e;
+    put_stamped(db, k, "feedfacefeedface", 1200, "OLD");
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.template_hash, "feedfacefeedface");
+    ck_assert_int_eq(e.nvrtc, 1200);
+    char why[200] = "";
+    ck_assert(tc_stale(&k, &e, why, sizeof why));
+    ck_assert_msg(strstr(why, "feedfacefeedface") && strstr(why, STAMP) && strstr(why, "1200"), "%s", why);
+
+    put_key(db, &k, "NEW");
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "NEW");
+    ck_assert_str_eq(e.template_hash, STAMP);
+    ck_assert_int_eq(e.nvrtc, 1300);
+    ck_assert(!tc_stale(&k, &e, NULL, 0));
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 1);
+}
+END_TEST
+
+/* Which stamp differs, and how a stale entry is passed over at each level. */
+START_TEST(test_stale_entries_skipped)
+{
+    struct { const char *hash; int nvrtc; } stale[] = {
+        { "feedfacefeedface", 1300 }, /* another template */
+        { STAMP, 1200 },              /* another NVRTC */
+        { "", 0 },                    /* unstamped: written before stamps existed */
+    };
+    for (size_t i = 0; i < sizeof stale / sizeof stale[0]; i++) {
+        tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:");
+        tc_key k = mkkey(32768, 4096);
+        tc_answer a;
+        put_stamped(user, k, stale[i].hash, stale[i].nvrtc, "USER_STALE");
+        put_stamped(ship, k, stale[i].hash, stale[i].nvrtc, "SHIP_STALE");
+        put_stamped(ship, mkkey(30000, 4096), stale[i].hash, stale[i].nvrtc, "NEAR_STALE");
+        ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_ENOTFOUND);
+        ck_assert_msg(strstr(a.note, "user 32768x4096: stale") && strstr(a.note, "h200 32768x4096: stale")
+                      && strstr(a.note, "h200 30000x4096 (nearest): stale"), "case %zu: %s", i, a.note);
+
+        put_ok(ship, 32768, 4096, "SHIP_FRESH", 1.0);
+        ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
+        ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+        ck_assert_str_eq(a.entry.config, "SHIP_FRESH");
+        ck_assert_msg(strstr(a.note, "user 32768x4096: stale"), "case %zu: %s", i, a.note);
+
+        /* tc_nearest passes over the stale shape for a fresh farther one. */
+        put_ok(ship, 1024, 4096, "FAR_FRESH", 1.0);
+        tc_key q = mkkey(31000, 4096);
+        tc_entry e;
+        ck_assert_int_eq(tc_nearest(ship, &q, &e, NULL, NULL), XENT_OK);
+        ck_assert_str_eq(e.config, "SHIP_FRESH");
+        tc_close(user);
+        tc_close(ship);
+    }
+}
+END_TEST
+
+/* Rejects configs that begin with "BAD", as the runtime rejects configs
+ * that do not parse or fit; counts the calls. */
+static int accept_good(void *arg, const tc_entry *e, char *why, size_t len)
+{
+    ++*(int *)arg;
+    if (strncmp(e->config, "BAD", 3) != 0)
+        return 1;
+    snprintf(why, len, "config does not fit: %s", e->config);
+    return 0;
+}
+
+/* An entry that cannot be used falls to the next level, never further:
+ * user exact, shipped exact, nearest, arch, then nothing, each skip noted. */
+START_TEST(test_chain_skips_one_level_at_a_time)
+{
+    tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:"), *arch = open_ok(":memory:");
+    int calls = 0;
+    tc_stores st = { user, ship, arch, "h100", "h200", accept_good, &calls };
+    tc_key k = mkkey(32768, 4096), sib = k;
+    tc_answer a;
+    strcpy(k.gpu, "h100");
+    strcpy(sib.gpu, "h200");
+    put_key(user, &k, "BAD_USER");
+    put_key(ship, &k, "BAD_SHIP");
+    tc_key near = k;
+    near.n = 16384;
+    put_key(user, &near, "BAD_NEAR");
+    put_key(arch, &sib, "ARCH_EXACT");
+
+    struct { const char *fix; int from; const char *want, *cache, *noted; } steps[] = {
+        { NULL, TC_FROM_ARCH, "ARCH_EXACT", "h200",
+          "user 32768x4096: config does not fit: BAD_USER; h100 32768x4096: config does not fit: BAD_SHIP; "
+          "user 16384x4096 (nearest): config does not fit: BAD_NEAR" },
+        { "near", TC_FROM_NEAREST, "NEAR", "user", "h100 32768x4096: config does not fit: BAD_SHIP" },
+        { "ship", TC_FROM_SHIPPED, "SHIP", "h100", "user 32768x4096: config does not fit: BAD_USER" },
+        { "user", TC_FROM_USER, "USER", "user", NULL },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        if (steps[i].fix && !strcmp(steps[i].fix, "near"))
+            put_key(user, &near, "NEAR");
+        if (steps[i].fix && !strcmp(steps[i].fix, "ship"))
+            put_key(ship, &k, "SHIP");
+        if (steps[i].fix && !strcmp(steps[i].fix, "user"))
+            put_key(user, &k, "USER");
+        ck_assert_int_eq(tc_lookup(&st, &k, &a), XENT_OK);
+        ck_assert_msg(a.from == steps[i].from && !strcmp(a.entry.config, steps[i].want),
+                      "step %zu: from %d config %s", i, a.from, a.entry.config);
+        ck_assert_str_eq(a.cache, steps[i].cache);
+        if (steps[i].noted)
+            ck_assert_msg(strstr(a.note, steps[i].noted), "step %zu: note '%s'", i, a.note);
+        else
+            ck_assert_str_eq(a.note, "");
+    }
+    /* And below the arch level there is nothing: the caller's heuristic. */
+    put_key(user, &k, "BAD_USER");
+    put_key(ship, &k, "BAD_SHIP");
+    put_key(user, &near, "BAD_NEAR");
+    put_key(arch, &sib, "BAD_ARCH");
+    calls = 0;
+    ck_assert_int_eq(tc_lookup(&st, &k, &a), XENT_ENOTFOUND);
+    ck_assert_int_eq(a.from, TC_FROM_NONE);
+    ck_assert_int_eq(calls, 4);
+    ck_assert_msg(strstr(a.note, "h200 32768x4096 (arch): config does not fit: BAD_ARCH"), "%s", a.note);
+    tc_close(user);
+    tc_close(ship);
+    tc_close(arch);
+}
+END_TEST
+
+/* The arch level relaxes GPU and SM count, nothing else: the exact shape
+ * first, then the nearest shape, then the nearest SM count. */
+START_TEST(test_arch_level_relaxes_gpu_and_sms)
+{
+    tc_db *arch = open_ok(":memory:");
+    tc_stores st = { NULL, NULL, arch, "h100", "h200", NULL, NULL };
+    tc_key q = mkkey(32768, 4096), r;
+    tc_answer a;
+    strcpy(q.gpu, "h100");
+    q.sm_count = 114;
+    r = mkkey(32768, 4096);
+    put_key(arch, &r, "H200_EXACT");
+    r.sm_count = 120;
+    put_key(arch, &r, "H200_120_EXACT");
+    r = mkkey(30000, 4096);
+    put_key(arch, &r, "H200_NEAR");
+    r = mkkey(32768, 4096);
+    r.logits = XENT_BF16;
+    put_key(arch, &r, "BF16");
+    r = mkkey(32768, 4096);
+    r.arch = 100;
+    put_key(arch, &r, "OTHER_ARCH");
+
+    ck_assert_int_eq(tc_lookup(&st, &q, &a), XENT_OK);
+    ck_assert_int_eq(a.from, TC_FROM_ARCH);
+    ck_assert_str_eq(a.entry.config, "H200_120_EXACT");
+    ck_assert_str_eq(a.cache, "h200");
+
+    q.n = 31000; /* nearer 30000 than 32768 */
+    ck_assert_int_eq(tc_lookup(&st, &q, &a), XENT_OK);
+    ck_assert_str_eq(a.entry.config, "H200_NEAR");
+    ck_assert_int_eq(a.n, 30000);
+
+    q.arch = 89; /* no entry of this architecture */
+    ck_assert_int_eq(tc_lookup(&st, &q, &a), XENT_ENOTFOUND);
+    tc_close(arch);
+}
+END_TEST
+
+/* ---- schema 1 files and text --------------------------------------------- */
+
+#define V1_SCHEMA                                                                               \
+    "CREATE TABLE tune(gpu TEXT NOT NULL, arch INTEGER NOT NULL, sm_count INTEGER NOT NULL, "   \
+    "family TEXT NOT NULL, logits INTEGER NOT NULL, targets INTEGER NOT NULL, reduction INTEGER " \
+    "NOT NULL, options INTEGER NOT NULL, n INTEGER NOT NULL, c INTEGER NOT NULL, "               \
+    "template_version INTEGER NOT NULL, config TEXT NOT NULL, us REAL NOT NULL, gbps REAL NOT "  \
+    "NULL, measured_at INTEGER NOT NULL, settings TEXT NOT NULL DEFAULT '', PRIMARY KEY(gpu, "   \
+    "arch, sm_count, family, logits, targets, reduction, options, n, c, template_version));"     \
+    "CREATE TABLE trial(id INTEGER PRIMARY KEY, gpu TEXT NOT NULL, arch INTEGER NOT NULL, "     \
+    "sm_count INTEGER NOT NULL, family TEXT NOT NULL, logits INTEGER NOT NULL, targets INTEGER " \
+    "NOT NULL, reduction INTEGER NOT NULL, options INTEGER NOT NULL, n INTEGER NOT NULL, c "     \
+    "INTEGER NOT NULL, template_version INTEGER NOT NULL, config TEXT NOT NULL, us REAL, gbps "  \
+    "REAL, status TEXT NOT NULL, measured_at INTEGER NOT NULL);"                                 \
+    "PRAGMA user_version = 1;"
+
+/* What a schema 1 export line looks like: no stamps. */
+#define INS(n, cfg) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
+    " options, n, c, template_version, config, us, gbps, measured_at, settings) VALUES('h200'," \
+    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" cfg "', 1.5, 2.5, 1700000000, '');\n"
+
+/* A schema 1 file is read as unstamped read-only (the runtime's way, which
+ * cannot write it) and migrated when opened for writing. */
+START_TEST(test_schema1_file)
+{
+    const char *p = tpath("v1.db");
+    raw_exec(p, V1_SCHEMA INS(10, "OLD"));
+    tc_key k = mkkey(10, 64);
+    k.logits = 0, k.targets = 1, k.reduction = 1;
+    tc_entry e;
+    tc_db *db = NULL;
+    char err[256] = "";
+    ck_assert_msg(tc_open(p, 1, &db, err, sizeof err) == XENT_OK, "%s", err);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "OLD");
+    ck_assert_str_eq(e.template_hash, "");
+    ck_assert(tc_stale(&k, &e, NULL, 0));
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "PRAGMA user_version"), 1);
+
+    db = open_ok(p);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert_str_eq(e.config, "OLD");
+    ck_assert_int_eq(e.nvrtc, 0);
+    ck_assert_int_eq(tc_add_trial(db, &k, "T", 1.0, 1.0, "ok"), XENT_OK);
+    put_key(db, &k, "NEW");
+    tc_close(db);
+    ck_assert_int_eq(raw_int(p, "PRAGMA user_version"), TC_SCHEMA_VERSION);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune WHERE template_hash = '" STAMP "'"), 1);
+    ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial WHERE nvrtc = 1300"), 1);
+}
+END_TEST
+
+static int hash_of(const char *family, char *buf, size_t len)
+{
+    if (strcmp(family, "xent_fwd"))
+        return XENT_EINVAL;
+    snprintf(buf, len, "%s", STAMP);
+    return XENT_OK;
+}
+
+/* Old export lines still import, unstamped; tc_stamp then stamps the
+ * families it knows, once, and nothing stamped already. */
+START_TEST(test_schema1_text_and_stamp)
+{
+    tc_db *db = open_ok(":memory:");
+    int rows = -1;
+    ck_assert_int_eq(tc_import(db, "-- xent tune cache export, schema 1, gpu h200\n" INS(5, "X")
+                                   INS(6, "Y"), &rows), XENT_OK);
+    ck_assert_int_eq(rows, 2);
+    tc_key k = mkkey(5, 64), other = mkkey(7, 64);
+    k.logits = 0, k.targets = 1, k.reduction = 1;
+    strcpy(other.family, "xent_new");
+    put_stamped(db, other, "", 0, "UNKNOWN_FAMILY");
+    put_stamped(db, mkkey(8, 64), "feedfacefeedface", 1200, "STAMPED");
+    tc_entry e;
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert(tc_stale(&k, &e, NULL, 0));
+    ck_assert_int_eq(tc_stamp(db, hash_of, 1300, &rows), XENT_OK);
+    ck_assert_int_eq(rows, 2);
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert(!tc_stale(&k, &e, NULL, 0));
+    tc_key s8 = mkkey(8, 64);
+    ck_assert_int_eq(tc_get(db, &s8, &e), XENT_OK);
+    ck_assert_str_eq(e.template_hash, "feedfacefeedface");
+    ck_assert_int_eq(tc_get(db, &other, &e), XENT_OK);
+    ck_assert_str_eq(e.template_hash, "");
+    ck_assert_int_eq(tc_stamp(db, hash_of, 1300, &rows), XENT_OK);
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(tc_stamp(db, NULL, 1300, &rows), XENT_EINVAL);
+    tc_close(db);
 }
 END_TEST
 
@@ -620,7 +914,7 @@ START_TEST(test_export_import_roundtrip)
     tc_db *a = open_ok(tpath("a.db")), *b = open_ok(tpath("b.db"));
     fill_awkward(a);
     char *ea = export_str(a, NULL);
-    ck_assert_msg(strncmp(ea, "-- xent tune cache export, schema 1, gpu all\n", 45) == 0,
+    ck_assert_msg(strncmp(ea, "-- xent tune cache export, schema 2, gpu all\n", 45) == 0,
                   "header: %.60s", ea);
     ck_assert_ptr_nonnull(strstr(ea, "\nINSERT OR REPLACE INTO tune("));
 
@@ -713,7 +1007,7 @@ START_TEST(test_export_gpu_filter)
     tc_db *a = open_ok(":memory:"), *b = open_ok(":memory:");
     fill_awkward(a);
     char *e = export_str(a, "h100");
-    ck_assert_msg(strncmp(e, "-- xent tune cache export, schema 1, gpu h100\n", 46) == 0,
+    ck_assert_msg(strncmp(e, "-- xent tune cache export, schema 2, gpu h100\n", 46) == 0,
                   "header: %.60s", e);
     ck_assert_ptr_null(strstr(e, "'h200'"));
     int rows;
@@ -734,10 +1028,6 @@ START_TEST(test_export_gpu_filter)
     tc_close(b);
 }
 END_TEST
-
-#define INS(n, cfg) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
-    " options, n, c, template_version, config, us, gbps, measured_at, settings) VALUES('h200'," \
-    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" cfg "', 1.5, 2.5, 1700000000, '');\n"
 
 /* Each bad text carries good inserts before the bad part, so a missing
  * rollback would show up as extra rows. */
@@ -996,6 +1286,10 @@ static Suite *tunecache_suite(void)
         { "putget", 60, test_key_fields_distinguish }, { "putget", 60, test_put_invalid },
         { "nearest", 60, test_nearest },               { "nearest", 60, test_nearest_ties },
         { "lookup", 60, test_lookup_order },           { "lookup", 60, test_lookup_nearer_store_wins },
+        { "stamps", 60, test_stamps_replace_in_place }, { "stamps", 60, test_stale_entries_skipped },
+        { "chain", 60, test_chain_skips_one_level_at_a_time },
+        { "chain", 60, test_arch_level_relaxes_gpu_and_sms },
+        { "schema1", 60, test_schema1_file },          { "schema1", 60, test_schema1_text_and_stamp },
         { "trials", 60, test_trials_counted },         { "trials", 60, test_foreach },
         { "io", 60, test_export_import_roundtrip },    { "io", 60, test_export_exact_doubles },
         { "io", 60, test_export_gpu_filter },

@@ -26,20 +26,6 @@ enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_SHAPES 4096
 #define MAX_GIVEN 64
 
-typedef struct gpu_spec {
-    const char *key;
-    int cc;          /* 10*major + minor */
-    int sms[3];      /* multiprocessor counts of its variants */
-} gpu_spec;
-
-/* Known GPUs, so a cache entry never claims hardware it was not tuned on. */
-static const gpu_spec known_gpus[] = {
-    {"h200", 90, {132}},      {"h100", 90, {132, 114}}, {"h800", 90, {132, 114}},
-    {"gh200", 90, {132}},     {"a100", 80, {108}},      {"a800", 80, {108}},
-    {"l40s", 89, {142}},      {"l4", 89, {58}},         {"b200", 100, {148}},
-    {"rtx4090", 89, {128}},   {"a10", 86, {72}},        {NULL, 0, {0}},
-};
-
 typedef struct cli {
     const char *command;     /* NULL (tune), "show", "export", "import" */
     const char *import_path, *output, *db_path, *gpu;
@@ -50,6 +36,7 @@ typedef struct cli {
     int ngiven;
     double budget;
     int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
+    int stamp;               /* import --stamp */
 } cli;
 
 static const char *prog = "xent-tune";
@@ -59,7 +46,7 @@ static void usage(FILE *f) {
             "usage: %s [options]                 tune problems on the GPU and store the winners\n"
             "       %s show [--db PATH] [--gpu KEY]\n"
             "       %s export --gpu KEY [--db PATH] [--output FILE]\n"
-            "       %s import FILE [--db PATH]\n"
+            "       %s import FILE [--db PATH] [--stamp]\n"
             "\n"
             "problem:\n"
             "  -s, --shape NxC            rows x classes (repeatable), e.g. 32768x4096\n"
@@ -85,6 +72,8 @@ static void usage(FILE *f) {
             "  -j, --jobs N               compile threads (default: CPUs)\n"
             "      --device N             CUDA device ordinal (default 0)\n"
             "      --db PATH              tune cache (default $XENT_TUNECACHE, else ~/.cache/xent/tune.db)\n"
+            "      --stamp                import: mark the cache's unstamped entries as made by this\n"
+            "                             build's templates and NVRTC (only for a cache tuned with them)\n"
             "no GPU needed:\n"
             "  -n, --dry-run              print the candidate configurations\n"
             "  -c, --compile-only         compile the candidates and print registers and spills\n"
@@ -234,6 +223,7 @@ static int parse_option(cli *o, int opt, const char *arg) {
     case 'T': rc = parse_int(arg, 1, 100000, &v, "top"); o->top = (int)v; return rc;
     case 'q': o->quiet = 1; return 0;
     case 'o': o->output = arg; return 0;
+    case 'S': o->stamp = 1; return 0;
     default: return EXIT_USAGE;
     }
 }
@@ -254,6 +244,7 @@ static int parse_args(cli *o, int argc, char **argv) {
         {"compile-only", no_argument, 0, 'c'},  {"arch", required_argument, 0, 'a'},
         {"json", no_argument, 0, 'J'},          {"top", required_argument, 0, 'T'},
         {"quiet", no_argument, 0, 'q'},         {"output", required_argument, 0, 'o'},
+        {"stamp", no_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int opt, rc;
@@ -381,17 +372,15 @@ static int cmd_import(const cli *o) {
     rc = tc_import_file(db, o->import_path, &rows);
     if (rc) fprintf(stderr, "%s: %s (nothing was imported)\n", prog, tc_errmsg(db));
     else printf("imported %d entr%s from %s\n", rows, rows == 1 ? "y" : "ies", o->import_path);
+    if (!rc && o->stamp && (rc = tc_stamp(db, xent_template_hash, xent_nvrtc_version(), &rows)))
+        fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
+    else if (!rc && o->stamp)
+        printf("stamped %d entr%s\n", rows, rows == 1 ? "y" : "ies");
     tc_close(db);
     return rc ? EXIT_CACHE : 0;
 }
 
 /* ---- no-GPU modes ---- */
-
-static const gpu_spec *find_gpu(const char *key) {
-    for (const gpu_spec *g = known_gpus; g->key; g++)
-        if (!strcmp(g->key, key)) return g;
-    return NULL;
-}
 
 static void problem_for(const cli *o, int i, xent_problem *p) {
     *p = o->base;
@@ -409,7 +398,7 @@ static void describe_problem(const xent_problem *p, char *buf, size_t len) {
 }
 
 static int offline_sm_count(const cli *o) {
-    const gpu_spec *g = strcmp(o->gpu, "auto") ? find_gpu(o->gpu) : NULL;
+    const xent_gpu_spec *g = strcmp(o->gpu, "auto") ? xent_gpu_find(o->gpu) : NULL;
     return g ? g->sms[0] : 132;
 }
 
@@ -510,7 +499,7 @@ static int cmd_compile_only(const cli *o) {
 
 static int check_gpu(const cli *o, const xent_device_info *info) {
     if (!strcmp(o->gpu, "auto")) return 0;
-    const gpu_spec *g = find_gpu(o->gpu);
+    const xent_gpu_spec *g = xent_gpu_find(o->gpu);
     int cc = info->cc_major * 10 + info->cc_minor, sm_ok = !g;
     for (int i = 0; g && i < 3 && g->sms[i]; i++) sm_ok |= g->sms[i] == info->sm_count;
     if (strcmp(info->key, o->gpu) || (g && g->cc != cc) || !sm_ok) {

@@ -154,24 +154,34 @@ static int launch_plan(void *arg, int copy) {
     return xent_plan_launch(pl->plan, NULL, &a);
 }
 
+/* The one-shot read's shape (templates/read_floor.cu). */
+#define ONCE_BLOCK 256
+#define ONCE_VECS (ONCE_BLOCK * 8)
+
 typedef struct floor_launch {
     xent_context *ctx;
     CUfunction fn;
     CUdeviceptr sink;
     const tune_bufs *bufs;
-    unsigned grid;
+    unsigned grid;           /* 0: the one-shot kernel, a block per ONCE_VECS vectors */
 } floor_launch;
+
+static long long once_blocks(long long vecs) { return (vecs + ONCE_VECS - 1) / ONCE_VECS; }
 
 static int launch_floor(void *arg, int copy) {
     floor_launch *fl = arg;
     long long na = (long long)(fl->bufs->logits_bytes / 16), nb = (long long)(fl->bufs->targets_bytes / 16);
+    long long ba = once_blocks(na), grid = fl->grid ? fl->grid : ba + once_blocks(nb);
     CUdeviceptr a = fl->bufs->logits[copy], b = fl->bufs->targets[copy];
-    void *params[] = {&a, &na, &b, &nb, &fl->sink};
-    CUresult r = fl->ctx->drv->LaunchKernel(fl->fn, fl->grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
+    void *loop[] = {&a, &na, &b, &nb, &fl->sink}, *once[] = {&a, &na, &b, &nb, &ba, &fl->sink};
+    if (grid > 0x7fffffffLL) return xent_fail(fl->ctx, XENT_EUNSUPPORTED, "read floor: %lld blocks", grid);
+    CUresult r = fl->ctx->drv->LaunchKernel(fl->fn, (unsigned)(grid > 0 ? grid : 1), 1, 1, fl->grid ? 256 : ONCE_BLOCK,
+                                            1, 1, 0, NULL, fl->grid ? loop : once, NULL);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(fl->ctx, "cuLaunchKernel(read floor)", r);
 }
 
-/* One read-floor variant: loads in flight per thread, blocks per SM. */
+/* One read-floor variant: the loop's loads in flight per thread and blocks
+ * per SM, or (blocks_per_sm 0) the one-shot kernel. */
 static int time_floor_variant(timer *t, int unroll, int blocks_per_sm, CUdeviceptr sink, double *us) {
     xent_context *ctx = t->ctx;
     xent_cubin bin;
@@ -185,7 +195,7 @@ static int time_floor_variant(timer *t, int unroll, int blocks_per_sm, CUdevicep
     CUresult r = ctx->drv->ModuleLoadData(&mod, bin.data);
     xent_cubin_free(&bin);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData(read floor)", r);
-    r = ctx->drv->ModuleGetFunction(&fl.fn, mod, "xent_read_floor");
+    r = ctx->drv->ModuleGetFunction(&fl.fn, mod, blocks_per_sm ? "xent_read_floor" : "xent_read_once");
     int pruned;
     rc = r == CUDA_SUCCESS ? time_median(t, launch_floor, &fl, 0, us, &pruned) : xent_fail_cuda(ctx, "read floor", r);
     ctx->drv->ModuleUnload(mod);
@@ -193,20 +203,20 @@ static int time_floor_variant(timer *t, int unroll, int blocks_per_sm, CUdevicep
 }
 
 /* The streaming read of the same bytes, timed by the same protocol: the
- * fastest of a few shapes of a plain read, so the floor is not a straw man. */
+ * fastest of a few shapes of a plain read, so the floor is not a straw man.
+ * The last (blocks 0) is the one-shot read. */
 static int time_floor(timer *t, double *us) {
-    static const int unrolls[] = {4, 8}, blocks[] = {4, 8, 16};
+    static const int shapes[][2] = {{4, 4}, {4, 8}, {4, 16}, {8, 4}, {8, 8}, {8, 16}, {8, 0}};
     CUdeviceptr sink;
     CUresult r = t->ctx->drv->MemAlloc(&sink, 16);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(t->ctx, "read floor", r);
     int rc = XENT_OK;
     *us = 0;
-    for (int u = 0; u < 2 && !rc; u++)
-        for (int b = 0; b < 3 && !rc; b++) {
-            double v;
-            rc = time_floor_variant(t, unrolls[u], blocks[b], sink, &v);
-            if (!rc && (*us == 0 || v < *us)) *us = v;
-        }
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && !rc; i++) {
+        double v;
+        rc = time_floor_variant(t, shapes[i][0], shapes[i][1], sink, &v);
+        if (!rc && (*us == 0 || v < *us)) *us = v;
+    }
     t->ctx->drv->MemFree(sink);
     return rc;
 }

@@ -28,14 +28,21 @@ struct tc_db {
 
 #define KEY_COLS "gpu, arch, sm_count, family, logits, targets, reduction, options, " \
                  "n, c, template_version"
+#define STAMP_COLS "template_hash, nvrtc"
 #define VAL_COLS "config, us, gbps, measured_at, settings"
+/* A whole row, as tc_foreach and the candidates of a lookup read it. */
+#define ROW_COLS KEY_COLS ", " STAMP_COLS ", " VAL_COLS
 #define NKEY 11
+#define NSTAMP 2
 
 /* How long a writer waits for another process's lock before giving up. */
 #define TC_BUSY_MS 10000
 
-/* Parameters ?1..?11 follow KEY_COLS; nearest leaves ?9 (n) and ?10 (c) unused. */
-#define WHERE_FAMILY "gpu = ?1 AND arch = ?2 AND sm_count = ?3 AND family = ?4 AND " \
+/* Parameters ?1..?11 follow KEY_COLS; nearest leaves ?9 (n) and ?10 (c) unused.
+ * A NULL gpu (?1) or sm_count (?3) matches any: the architecture level of a
+ * lookup relaxes both. */
+#define WHERE_FAMILY "(?1 IS NULL OR gpu = ?1) AND arch = ?2 AND " \
+                     "(?3 IS NULL OR sm_count = ?3) AND family = ?4 AND " \
                      "logits = ?5 AND targets = ?6 AND reduction = ?7 AND options = ?8 " \
                      "AND template_version = ?11"
 #define WHERE_EXACT WHERE_FAMILY " AND n = ?9 AND c = ?10"
@@ -47,23 +54,49 @@ struct tc_db {
     "family TEXT NOT NULL, logits INTEGER NOT NULL, targets INTEGER NOT NULL, "    \
     "reduction INTEGER NOT NULL, options INTEGER NOT NULL, n INTEGER NOT NULL, "   \
     "c INTEGER NOT NULL, template_version INTEGER NOT NULL"
+/* The defaults are what an insert written before the stamps existed (an
+ * older export) gets: unstamped, so stale to every lookup, yet imported. */
+#define TEMPLATE_HASH_DECL "template_hash TEXT NOT NULL DEFAULT ''"
+#define NVRTC_DECL "nvrtc INTEGER NOT NULL DEFAULT 0"
+#define STAMP_DECL TEMPLATE_HASH_DECL ", " NVRTC_DECL
 
 static const char SCHEMA_SQL[] =
-    "CREATE TABLE tune(" KEY_DECL ", "
+    "CREATE TABLE tune(" KEY_DECL ", " STAMP_DECL ", "
     "config TEXT NOT NULL, us REAL NOT NULL, gbps REAL NOT NULL, "
     "measured_at INTEGER NOT NULL, settings TEXT NOT NULL DEFAULT '', "
     "PRIMARY KEY(" KEY_COLS "));"
     /* us/gbps may be NULL: a candidate that failed to compile was never timed. */
-    "CREATE TABLE trial(id INTEGER PRIMARY KEY, " KEY_DECL ", "
+    "CREATE TABLE trial(id INTEGER PRIMARY KEY, " KEY_DECL ", " STAMP_DECL ", "
     "config TEXT NOT NULL, us REAL, gbps REAL, status TEXT NOT NULL, "
     "measured_at INTEGER NOT NULL);"
     "CREATE INDEX trial_by_key ON trial(gpu, family, n, c);"
     "PRAGMA user_version = " TC_STR(TC_SCHEMA_VERSION) ";";
 
 /* Selecting every column we use proves a file's tables are ours, not just named so. */
-static const char PROBE_TUNE[] = "SELECT " KEY_COLS ", " VAL_COLS " FROM tune LIMIT 0";
+static const char PROBE_TUNE[] = "SELECT " ROW_COLS " FROM tune LIMIT 0";
 static const char PROBE_TRIAL[] =
-    "SELECT id, " KEY_COLS ", config, us, gbps, status, measured_at FROM trial LIMIT 0";
+    "SELECT id, " KEY_COLS ", " STAMP_COLS ", config, us, gbps, status, measured_at FROM trial LIMIT 0";
+
+/* A version 1 file's tables, before they are migrated or viewed. */
+static const char PROBE_TUNE_1[] = "SELECT " KEY_COLS ", " VAL_COLS " FROM main.tune LIMIT 0";
+static const char PROBE_TRIAL_1[] =
+    "SELECT id, " KEY_COLS ", config, us, gbps, status, measured_at FROM main.trial LIMIT 0";
+
+/* Version 1 to 2: the stamps. Existing rows become unstamped, which is
+ * the truth: what made them is not known. */
+static const char MIGRATE_1_SQL[] =
+    "ALTER TABLE tune ADD COLUMN " TEMPLATE_HASH_DECL ";"
+    "ALTER TABLE tune ADD COLUMN " NVRTC_DECL ";"
+    "ALTER TABLE trial ADD COLUMN " TEMPLATE_HASH_DECL ";"
+    "ALTER TABLE trial ADD COLUMN " NVRTC_DECL ";"
+    "PRAGMA user_version = 2;";
+
+/* A version 1 file opened read-only cannot be migrated (the runtime opens
+ * the user's cache so): temporary views of the same names, searched before
+ * the file's tables, show its rows as unstamped. */
+static const char VIEW_1_SQL[] =
+    "CREATE TEMP VIEW tune AS SELECT *, '' AS template_hash, 0 AS nvrtc FROM main.tune;"
+    "CREATE TEMP VIEW trial AS SELECT *, '' AS template_hash, 0 AS nvrtc FROM main.trial;";
 
 /* ---- errors ---------------------------------------------------------- */
 
@@ -133,8 +166,11 @@ static int inspect(tc_db *db, int64_t *version, int64_t *ntables)
     return rc;
 }
 
+static int check_tables(tc_db *db, int version);
+
 /* The check is repeated under the write lock because another process may
- * have created the schema between our first look and BEGIN IMMEDIATE. */
+ * have created (or migrated) the schema between our first look and BEGIN
+ * IMMEDIATE. */
 static int create_schema(tc_db *db)
 {
     int64_t version = 0, ntables = 0;
@@ -144,6 +180,8 @@ static int create_schema(tc_db *db)
     rc = inspect(db, &version, &ntables);
     if (rc == XENT_OK && version == 0 && ntables == 0)
         rc = exec(db, SCHEMA_SQL, "create schema");
+    else if (rc == XENT_OK && version == 1 && (rc = check_tables(db, 1)) == XENT_OK)
+        rc = exec(db, MIGRATE_1_SQL, "migrate from schema 1");
     if (rc == XENT_OK)
         return exec(db, "COMMIT", "commit");
     sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
@@ -169,10 +207,11 @@ static int use_wal(tc_db *db)
     return exec(db, "PRAGMA synchronous = NORMAL", "set synchronous");
 }
 
-static int check_tables(tc_db *db)
+static int check_tables(tc_db *db, int version)
 {
     sqlite3_stmt *st;
-    const char *probes[] = { PROBE_TUNE, PROBE_TRIAL };
+    const char *probes[] = { version == 1 ? PROBE_TUNE_1 : PROBE_TUNE,
+                             version == 1 ? PROBE_TRIAL_1 : PROBE_TRIAL };
     for (size_t i = 0; i < 2; i++) {
         if (sqlite3_prepare_v2(db->sql, probes[i], -1, &st, NULL) != SQLITE_OK)
             return fail(db, XENT_ECACHE, "not a tune cache (%s)", sqlite3_errmsg(db->sql));
@@ -197,9 +236,12 @@ static int setup(tc_db *db, int readonly)
         return fail(db, XENT_ECACHE, "empty, and opened read-only");
     if (!readonly && (rc = use_wal(db)) != XENT_OK)
         return rc;
-    if (version == 0 && (rc = create_schema(db)) != XENT_OK)
+    if ((version == 0 || (version == 1 && !readonly)) && (rc = create_schema(db)) != XENT_OK)
         return rc;
-    return check_tables(db);
+    if (version == 1 && readonly && ((rc = check_tables(db, 1)) != XENT_OK
+                                     || (rc = exec(db, VIEW_1_SQL, "read schema 1")) != XENT_OK))
+        return rc;
+    return check_tables(db, TC_SCHEMA_VERSION);
 }
 
 static void copy_err(char *err, size_t errlen, const char *msg)
@@ -255,8 +297,9 @@ static int key_ok(tc_db *db, const tc_key *k)
 {
     if (!k)
         return fail(db, XENT_EINVAL, "no key");
-    if (!terminated(k->gpu, sizeof k->gpu) || !terminated(k->family, sizeof k->family))
-        return fail(db, XENT_EINVAL, "key gpu or family is not NUL-terminated");
+    if (!terminated(k->gpu, sizeof k->gpu) || !terminated(k->family, sizeof k->family)
+        || !terminated(k->template_hash, sizeof k->template_hash))
+        return fail(db, XENT_EINVAL, "key gpu, family or template hash is not NUL-terminated");
     return XENT_OK;
 }
 
@@ -300,6 +343,16 @@ static int read_entry(tc_db *db, sqlite3_stmt *st, int col, tc_entry *e)
     return rc;
 }
 
+/* Reads STAMP_COLS starting at column col into the entry. */
+static int read_stamps(tc_db *db, sqlite3_stmt *st, int col, tc_entry *e)
+{
+    e->nvrtc = sqlite3_column_int(st, col + 1);
+    return column_text(db, st, col, e->template_hash, sizeof e->template_hash);
+}
+
+/* Reads ROW_COLS: the key (with the row's stamps) and the entry. */
+static int read_row(tc_db *db, sqlite3_stmt *st, tc_key *k, tc_entry *e);
+
 static int read_key(tc_db *db, sqlite3_stmt *st, tc_key *k)
 {
     memset(k, 0, sizeof *k);
@@ -315,6 +368,18 @@ static int read_key(tc_db *db, sqlite3_stmt *st, tc_key *k)
     k->n = sqlite3_column_int64(st, 8);
     k->c = sqlite3_column_int64(st, 9);
     k->template_version = sqlite3_column_int(st, 10);
+    return rc;
+}
+
+static int read_row(tc_db *db, sqlite3_stmt *st, tc_key *k, tc_entry *e)
+{
+    int rc = read_key(db, st, k);
+    if (rc == XENT_OK)
+        rc = read_stamps(db, st, NKEY, e);
+    if (rc == XENT_OK)
+        rc = read_entry(db, st, NKEY + NSTAMP, e);
+    memcpy(k->template_hash, e->template_hash, sizeof k->template_hash);
+    k->nvrtc = e->nvrtc;
     return rc;
 }
 
@@ -334,16 +399,18 @@ int tc_put(tc_db *db, const tc_key *key, const tc_entry *e)
     if (!isfinite(e->us) || !isfinite(e->gbps))
         return fail(db, XENT_EINVAL, "entry us or gbps is not finite");
     sqlite3_stmt *st;
-    if ((rc = prepare(db, "INSERT OR REPLACE INTO tune(" KEY_COLS ", " VAL_COLS ") VALUES("
-                          "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    if ((rc = prepare(db, "INSERT OR REPLACE INTO tune(" ROW_COLS ") VALUES(?1, ?2, ?3, ?4, ?5,"
+                          " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
                       &st)) != XENT_OK)
         return rc;
     bind_key(st, key);
-    sqlite3_bind_text(st, 12, e->config, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 13, e->us);
-    sqlite3_bind_double(st, 14, e->gbps);
-    sqlite3_bind_int64(st, 15, e->when);
-    sqlite3_bind_text(st, 16, e->settings, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 12, key->template_hash, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 13, key->nvrtc);
+    sqlite3_bind_text(st, 14, e->config, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 15, e->us);
+    sqlite3_bind_double(st, 16, e->gbps);
+    sqlite3_bind_int64(st, 17, e->when);
+    sqlite3_bind_text(st, 18, e->settings, -1, SQLITE_STATIC);
     return step_done(db, st, "put");
 }
 
@@ -357,12 +424,13 @@ int tc_get(tc_db *db, const tc_key *key, tc_entry *e)
     if (!e)
         return fail(db, XENT_EINVAL, "no entry to fill");
     sqlite3_stmt *st;
-    if ((rc = prepare(db, "SELECT " VAL_COLS " FROM tune WHERE " WHERE_EXACT, &st)) != XENT_OK)
+    if ((rc = prepare(db, "SELECT " STAMP_COLS ", " VAL_COLS " FROM tune WHERE " WHERE_EXACT,
+                      &st)) != XENT_OK)
         return rc;
     bind_key(st, key);
     int s = sqlite3_step(st);
-    if (s == SQLITE_ROW)
-        rc = read_entry(db, st, 0, e);
+    if (s == SQLITE_ROW && (rc = read_stamps(db, st, 0, e)) == XENT_OK)
+        rc = read_entry(db, st, NSTAMP, e);
     else if (s == SQLITE_DONE)
         rc = fail(db, XENT_ENOTFOUND, "no entry for %s %s %lldx%lld", key->gpu, key->family,
                   (long long)key->n, (long long)key->c);
@@ -370,6 +438,16 @@ int tc_get(tc_db *db, const tc_key *key, tc_entry *e)
         rc = sqlfail(db, "get");
     sqlite3_finalize(st);
     return rc;
+}
+
+int tc_stale(const tc_key *key, const tc_entry *e, char *why, size_t len)
+{
+    int stale = strcmp(key->template_hash, e->template_hash) != 0 || key->nvrtc != e->nvrtc;
+    if (stale && why && len)
+        snprintf(why, len, "stale: made by template %s NVRTC %d, this is template %s NVRTC %d",
+                 e->template_hash[0] ? e->template_hash : "unknown", e->nvrtc,
+                 key->template_hash[0] ? key->template_hash : "unknown", key->nvrtc);
+    return stale;
 }
 
 /* Ratios rather than differences of logs: an exact ratio tie (2000 vs 1000
@@ -380,11 +458,84 @@ static double shape_dist(const tc_key *k, int64_t n, int64_t c)
     return dn * dn + dc * dc;
 }
 
-static int nearer(double d, int64_t n, int64_t c, double best, int64_t bn, int64_t bc)
+/* ---- lookup ------------------------------------------------------------- */
+
+/* A row a lookup may answer with. */
+typedef struct cand {
+    tc_key k;            /* the row's key, with its stamps */
+    tc_entry e;
+    double d;            /* shape distance to the query (0: exact) */
+    int store;           /* which store of the level: on a tie the first wins */
+    int dsm;             /* |SM count - the query's| */
+} cand;
+
+typedef struct cands {
+    cand *v;
+    size_t n, cap;
+} cands;
+
+static int push(tc_db *db, cands *cs, const cand *c)
 {
-    if (d != best)
-        return d < best;
-    return n != bn ? n < bn : c < bc;
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? 2 * cs->cap : 16;
+        cand *v = realloc(cs->v, cap * sizeof *v);
+        if (!v)
+            return fail(db, XENT_ENOMEM, "lookup: out of memory");
+        cs->v = v, cs->cap = cap;
+    }
+    cs->v[cs->n++] = *c;
+    return XENT_OK;
+}
+
+/* The rows of db with key's identity but for the shape (exact: and its
+ * shape too); relaxed: of any GPU and SM count as well. */
+static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int store, cands *cs)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(db, exact ? "SELECT " ROW_COLS " FROM tune WHERE " WHERE_EXACT
+                               : "SELECT " ROW_COLS " FROM tune WHERE " WHERE_FAMILY
+                                 " AND n > 0 AND c > 0", &st);
+    if (rc != XENT_OK)
+        return rc;
+    bind_key(st, key);
+    if (relaxed) {
+        sqlite3_bind_null(st, 1);
+        sqlite3_bind_null(st, 3);
+    }
+    int s = SQLITE_DONE;
+    while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        cand c;
+        memset(&c, 0, sizeof c);
+        rc = read_row(db, st, &c.k, &c.e);
+        c.d = exact ? 0.0 : shape_dist(key, c.k.n, c.k.c);
+        c.store = store;
+        c.dsm = abs(c.k.sm_count - key->sm_count);
+        if (rc == XENT_OK)
+            rc = push(db, cs, &c);
+    }
+    if (rc == XENT_OK && s != SQLITE_DONE)
+        rc = sqlfail(db, "lookup");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Nearest shape, then the first store, then the nearest SM count; the
+ * rest only makes the order total (smaller n, then smaller c, first). */
+static int cmp_cand(const void *pa, const void *pb)
+{
+    const cand *a = pa, *b = pb;
+    int g;
+    if (a->d != b->d)
+        return a->d < b->d ? -1 : 1;
+    if (a->store != b->store)
+        return a->store - b->store;
+    if (a->dsm != b->dsm)
+        return a->dsm - b->dsm;
+    if ((g = strcmp(a->k.gpu, b->k.gpu)) != 0)
+        return g;
+    if (a->k.n != b->k.n)
+        return a->k.n < b->k.n ? -1 : 1;
+    return (a->k.c > b->k.c) - (a->k.c < b->k.c);
 }
 
 int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int64_t *c_found)
@@ -396,83 +547,139 @@ int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int6
         return rc;
     if (!e || key->n <= 0 || key->c <= 0)
         return fail(db, XENT_EINVAL, "no entry to fill, or shape not positive");
-    sqlite3_stmt *st;
-    if ((rc = prepare(db, "SELECT n, c FROM tune WHERE " WHERE_FAMILY " AND n > 0 AND c > 0",
-                      &st)) != XENT_OK)
-        return rc;
-    bind_key(st, key);
-    int found = 0, s;
-    int64_t bn = 0, bc = 0;
-    double best = INFINITY;
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t n = sqlite3_column_int64(st, 0), c = sqlite3_column_int64(st, 1);
-        double d = shape_dist(key, n, c);
-        if (!found || nearer(d, n, c, best, bn, bc)) {
-            found = 1, best = d, bn = n, bc = c;
+    cands cs = { NULL, 0, 0 };
+    rc = collect(db, key, 0, 0, 0, &cs);
+    if (rc == XENT_OK)
+        qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
+    size_t i = 0;
+    while (rc == XENT_OK && i < cs.n && tc_stale(key, &cs.v[i].e, NULL, 0))
+        i++;
+    if (rc == XENT_OK && i == cs.n)
+        rc = fail(db, XENT_ENOTFOUND, "no tuned shape for %s %s", key->gpu, key->family);
+    if (rc == XENT_OK) {
+        *e = cs.v[i].e;
+        if (n_found)
+            *n_found = cs.v[i].k.n;
+        if (c_found)
+            *c_found = cs.v[i].k.c;
+    }
+    free(cs.v);
+    return rc;
+}
+
+/* One level of the chain: its stores (up to two, in preference order). */
+typedef struct level {
+    int from;
+    tc_db *db[2];
+    const char *name[2];
+    int exact, relaxed;
+} level;
+
+/* How many passed-over entries of one level are described; the rest are counted. */
+#define NOTED_PER_LEVEL 2
+
+static void note_add(tc_answer *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_add(tc_answer *a, const char *fmt, ...)
+{
+    size_t used = strlen(a->note);
+    if (used + 3 >= sizeof a->note)
+        return;
+    if (used)
+        used += (size_t)snprintf(a->note + used, sizeof a->note - used, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->note + used, sizeof a->note - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Rows a higher level already tried: the nearest level leaves out the exact
+ * shape, the architecture level this GPU's own rows when it searches the
+ * shipped store again (a GPU whose own file holds other SM counts). */
+static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, const cand *c)
+{
+    if (lv->from == TC_FROM_NEAREST)
+        return c->k.n == key->n && c->k.c == key->c;
+    if (lv->from == TC_FROM_ARCH)
+        return lv->db[0] == s->shipped && !strcmp(c->k.gpu, key->gpu) && c->k.sm_count == key->sm_count;
+    return 0;
+}
+
+/* The first usable candidate of cs (sorted) into a; nonzero if one was. */
+static int pick(const level *lv, const tc_stores *s, const tc_key *key, const cands *cs,
+                tc_answer *a)
+{
+    static const char *suffix[] = { "", "", " (nearest)", "", "", " (arch)" };
+    char why[300];
+    size_t passed = 0;
+    for (size_t i = 0; i < cs->n; i++) {
+        const cand *c = &cs->v[i];
+        if (tried_above(lv, s, key, c))
+            continue;
+        int usable = !tc_stale(key, &c->e, why, sizeof why)
+                     && (!s->accept || s->accept(s->arg, &c->e, why, sizeof why));
+        const char *name = lv->name[c->store];
+        if (usable) {
+            a->entry = c->e;
+            a->from = lv->from;
+            snprintf(a->cache, sizeof a->cache, "%s", name);
+            a->n = c->k.n, a->c = c->k.c;
+            break;
+        }
+        if (++passed <= NOTED_PER_LEVEL)
+            note_add(a, "%s %lldx%lld%s: %s", name, (long long)c->k.n, (long long)c->k.c,
+                     suffix[lv->from], why);
+    }
+    if (passed > NOTED_PER_LEVEL)
+        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from]);
+    return a->from == lv->from;
+}
+
+/* A store that errors is skipped so the others can still answer; the error
+ * is reported only when nothing was found, so the runtime falls back knowingly. */
+static int try_level(const level *lv, const tc_stores *s, const tc_key *key, tc_answer *a,
+                     int *err)
+{
+    cands cs = { NULL, 0, 0 };
+    for (int i = 0; i < 2; i++) {
+        if (!lv->db[i])
+            continue;
+        int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, i, &cs);
+        if (rc != XENT_OK) {
+            note_add(a, "%s", tc_errmsg(lv->db[i]));
+            if (*err == XENT_ENOTFOUND)
+                *err = rc;
         }
     }
-    sqlite3_finalize(st);
-    if (s != SQLITE_DONE)
-        return sqlfail(db, "nearest");
-    if (!found)
-        return fail(db, XENT_ENOTFOUND, "no tuned shape for %s %s", key->gpu, key->family);
-    tc_key exact = *key;
-    exact.n = bn, exact.c = bc;
-    if ((rc = tc_get(db, &exact, e)) != XENT_OK)
-        return rc;
-    if (n_found)
-        *n_found = bn;
-    if (c_found)
-        *c_found = bc;
-    return XENT_OK;
+    qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
+    int found = pick(lv, s, key, &cs, a);
+    free(cs.v);
+    return found;
 }
 
-/* A store that errors is skipped so the other can still answer; the error is
- * reported only when nothing was found, so the runtime falls back knowingly. */
-static int keep_err(int first, int rc)
+int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
 {
-    return first != XENT_ENOTFOUND ? first : rc == XENT_OK ? XENT_ENOTFOUND : rc;
-}
-
-static int lookup_nearest(tc_db *user, tc_db *shipped, const tc_key *key, tc_entry *e,
-                          int *err)
-{
-    tc_entry se;
-    int64_t un, uc, sn, sc;
-    int ur = user ? tc_nearest(user, key, e, &un, &uc) : XENT_ENOTFOUND;
-    int sr = shipped ? tc_nearest(shipped, key, &se, &sn, &sc) : XENT_ENOTFOUND;
-    *err = keep_err(keep_err(*err, ur), sr);
-    if (sr == XENT_OK && (ur != XENT_OK || shape_dist(key, sn, sc) < shape_dist(key, un, uc)))
-        *e = se;
-    return ur == XENT_OK || sr == XENT_OK;
-}
-
-int tc_lookup(tc_db *user, tc_db *shipped, const tc_key *key, tc_entry *e, int *from)
-{
-    int err = XENT_ENOTFOUND, rc = XENT_ENOTFOUND;
-    if (from)
-        *from = TC_FROM_NONE;
-    if (!key || !e)
+    if (!a)
         return XENT_EINVAL;
-    if (user && (rc = tc_get(user, key, e)) == XENT_OK) {
-        if (from)
-            *from = TC_FROM_USER;
-        return XENT_OK;
-    }
-    if (user)
-        err = keep_err(err, rc);
-    if (shipped && (rc = tc_get(shipped, key, e)) == XENT_OK) {
-        if (from)
-            *from = TC_FROM_SHIPPED;
-        return XENT_OK;
-    }
-    if (shipped)
-        err = keep_err(err, rc);
-    if (key->n > 0 && key->c > 0 && lookup_nearest(user, shipped, key, e, &err)) {
-        if (from)
-            *from = TC_FROM_NEAREST;
-        return XENT_OK;
-    }
+    memset(a, 0, sizeof *a);
+    a->from = TC_FROM_NONE;
+    if (!s || !key || !terminated(key->gpu, sizeof key->gpu)
+        || !terminated(key->family, sizeof key->family)
+        || !terminated(key->template_hash, sizeof key->template_hash))
+        return XENT_EINVAL;
+    const char *ship = s->shipped_name ? s->shipped_name : "shipped";
+    const char *arch = s->arch_name ? s->arch_name : "arch";
+    int shaped = key->n > 0 && key->c > 0;
+    const level levels[] = {
+        { TC_FROM_USER, { s->user, NULL }, { "user", NULL }, 1, 0 },
+        { TC_FROM_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0 },
+        { TC_FROM_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
+          { "user", ship }, 0, 0 },
+        { TC_FROM_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1 },
+    };
+    int err = XENT_ENOTFOUND;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (try_level(&levels[i], s, key, a, &err))
+            return XENT_OK;
     return err;
 }
 
@@ -489,19 +696,21 @@ int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, do
     if (!config || !status)
         return fail(db, XENT_EINVAL, "trial needs a config and a status");
     sqlite3_stmt *st;
-    if ((rc = prepare(db, "INSERT INTO trial(" KEY_COLS ", config, us, gbps, status, measured_at)"
-                          " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                          " ?12, ?13, ?14, ?15, ?16)", &st)) != XENT_OK)
+    if ((rc = prepare(db, "INSERT INTO trial(" KEY_COLS ", " STAMP_COLS ", config, us, gbps, status,"
+                          " measured_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                          " ?12, ?13, ?14, ?15, ?16, ?17, ?18)", &st)) != XENT_OK)
         return rc;
     bind_key(st, key);
-    sqlite3_bind_text(st, 12, config, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 12, key->template_hash, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 13, key->nvrtc);
+    sqlite3_bind_text(st, 14, config, -1, SQLITE_STATIC);
     /* An untimed candidate (NaN, inf) is stored as NULL, not as a number. */
     if (isfinite(us))
-        sqlite3_bind_double(st, 13, us);
+        sqlite3_bind_double(st, 15, us);
     if (isfinite(gbps))
-        sqlite3_bind_double(st, 14, gbps);
-    sqlite3_bind_text(st, 15, status, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 16, (int64_t)time(NULL));
+        sqlite3_bind_double(st, 16, gbps);
+    sqlite3_bind_text(st, 17, status, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 18, (int64_t)time(NULL));
     return step_done(db, st, "add trial");
 }
 
@@ -509,7 +718,7 @@ int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, do
 
 static int select_all(tc_db *db, const char *gpu, sqlite3_stmt **st)
 {
-    int rc = prepare(db, "SELECT " KEY_COLS ", " VAL_COLS " FROM tune"
+    int rc = prepare(db, "SELECT " ROW_COLS " FROM tune"
                          " WHERE ?1 IS NULL OR gpu = ?1" ORDER_KEY, st);
     if (rc == XENT_OK && gpu)
         sqlite3_bind_text(*st, 1, gpu, -1, SQLITE_STATIC);
@@ -527,9 +736,7 @@ int tc_foreach(tc_db *db, const char *gpu, tc_visit_fn fn, void *arg)
     tc_key k;
     tc_entry e;
     while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
-        rc = read_key(db, st, &k);
-        if (rc == XENT_OK)
-            rc = read_entry(db, st, NKEY, &e);
+        rc = read_row(db, st, &k, &e);
         if (rc == XENT_OK)
             rc = fn(arg, &k, &e);
     }
@@ -561,11 +768,11 @@ static char *insert_line(const tc_key *k, const tc_entry *e)
     fmt_double(us, sizeof us, e->us);
     fmt_double(gbps, sizeof gbps, e->gbps);
     return sqlite3_mprintf(
-        "INSERT OR REPLACE INTO tune(" KEY_COLS ", " VAL_COLS ") VALUES("
-        "%Q, %d, %d, %Q, %d, %d, %d, %d, %lld, %lld, %d, %Q, %s, %s, %lld, %Q);\n",
+        "INSERT OR REPLACE INTO tune(" ROW_COLS ") VALUES("
+        "%Q, %d, %d, %Q, %d, %d, %d, %d, %lld, %lld, %d, %Q, %d, %Q, %s, %s, %lld, %Q);\n",
         k->gpu, k->arch, k->sm_count, k->family, k->logits, k->targets, k->reduction,
-        k->options, (long long)k->n, (long long)k->c, k->template_version,
-        e->config, us, gbps, (long long)e->when, e->settings);
+        k->options, (long long)k->n, (long long)k->c, k->template_version, k->template_hash,
+        k->nvrtc, e->config, us, gbps, (long long)e->when, e->settings);
 }
 
 typedef struct export_ctx {
@@ -601,6 +808,66 @@ int tc_export(tc_db *db, const char *gpu, FILE *out)
     if (rc == XENT_OK && fflush(out) != 0)
         rc = fail(db, XENT_ECACHE, "export: write failed: %s", strerror(errno));
     return rc;
+}
+
+/* ---- stamping ------------------------------------------------------------ */
+
+/* The families with unstamped winners, read before any is updated. */
+static int unstamped_families(tc_db *db, char (*fam)[16], int cap, int *n)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(db, "SELECT DISTINCT family FROM tune WHERE template_hash = '' AND nvrtc = 0"
+                         " ORDER BY family", &st), s = SQLITE_DONE;
+    *n = 0;
+    while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW && *n < cap)
+        rc = column_text(db, st, 0, fam[(*n)++], sizeof fam[0]);
+    if (rc == XENT_OK && s != SQLITE_DONE && s != SQLITE_ROW)
+        rc = sqlfail(db, "stamp");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int stamp_family(tc_db *db, const char *family, const char *hash, int nvrtc, int *rows)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(db, "UPDATE tune SET template_hash = ?2, nvrtc = ?3"
+                         " WHERE family = ?1 AND template_hash = '' AND nvrtc = 0", &st);
+    if (rc != XENT_OK)
+        return rc;
+    sqlite3_bind_text(st, 1, family, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, hash, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, nvrtc);
+    rc = step_done(db, st, "stamp");
+    if (rc == XENT_OK)
+        *rows += sqlite3_changes(db->sql);
+    return rc;
+}
+
+int tc_stamp(tc_db *db, tc_hash_fn hash, int nvrtc, int *rows)
+{
+    char fam[64][16], h[17];
+    int nfam = 0, count = 0;
+    if (rows)
+        *rows = 0;
+    if (!db)
+        return XENT_EINVAL;
+    if (!hash)
+        return fail(db, XENT_EINVAL, "stamp: no hash function");
+    int rc = exec(db, "BEGIN IMMEDIATE", "stamp: begin");
+    if (rc == XENT_OK)
+        rc = unstamped_families(db, fam, 64, &nfam);
+    for (int i = 0; rc == XENT_OK && i < nfam; i++)
+        if (hash(fam[i], h, sizeof h) == XENT_OK && h[0])
+            rc = stamp_family(db, fam[i], h, nvrtc, &count);
+    if (rc == XENT_OK)
+        rc = exec(db, "COMMIT", "stamp: commit");
+    if (rc != XENT_OK) {
+        sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    if (rows)
+        *rows = count;
+    return XENT_OK;
 }
 
 /* ---- import -------------------------------------------------------------- */

@@ -15,12 +15,21 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define TC_SCHEMA_VERSION 1
+/* 2 added the stamps (template_hash, nvrtc) to both tables; a version 1
+ * file is migrated when opened for writing and read as unstamped otherwise. */
+#define TC_SCHEMA_VERSION 2
 
 typedef struct tc_db tc_db;
 
-/* What a tuned configuration is valid for. Two keys are equal when every
- * field is equal; tc_nearest relaxes n and c only. */
+/* What a tuned configuration is valid for. An entry's identity is every
+ * field but the two stamps; tc_nearest relaxes n and c only.
+ *
+ * The stamps say what made an entry: the hash of its family's template
+ * source and the NVRTC version. They are stored with the entry but are not
+ * part of its identity, so a store holds one entry per problem and a new
+ * winner replaces a stale one in place. Lookups use only entries whose
+ * stamps equal the key's; an unstamped entry (written before stamps
+ * existed: hash "" and nvrtc 0) is stale to every key with stamps. */
 typedef struct tc_key {
     char gpu[32];        /* GPU key, e.g. "h200" */
     int arch;            /* compute capability as 10*major+minor, e.g. 90 */
@@ -32,6 +41,8 @@ typedef struct tc_key {
     int options;         /* TC_OPT_* bits */
     int64_t n, c;        /* shape */
     int template_version;/* bumped when a template changes what configs mean */
+    char template_hash[17]; /* stamp: 16 hex digits of the template's hash, "" unknown */
+    int nvrtc;           /* stamp: NVRTC version as major*100+minor, 0 unknown */
 } tc_key;
 
 enum { TC_OPT_WEIGHTS = 1, TC_OPT_SMOOTHING = 2, TC_OPT_LSE = 4, TC_OPT_STRIDED = 8, TC_OPT_ZLOSS = 16,
@@ -43,10 +54,13 @@ typedef struct tc_entry {
     double gbps;         /* achieved GB/s */
     int64_t when;        /* unix seconds when measured */
     char settings[256];  /* tuner settings, e.g. "budget=30 reps=50 method=..." */
+    char template_hash[17]; /* the stamps the stored row carries (filled by reads; */
+    int nvrtc;              /* tc_put stores the key's) */
 } tc_entry;
 
 /* Where tc_lookup found an entry (numerically equal to xent_source). */
-enum { TC_FROM_USER = 0, TC_FROM_SHIPPED = 1, TC_FROM_NEAREST = 2, TC_FROM_NONE = 3 };
+enum { TC_FROM_USER = 0, TC_FROM_SHIPPED = 1, TC_FROM_NEAREST = 2, TC_FROM_NONE = 3,
+       TC_FROM_ARCH = 5 };
 
 /* Open (creating if needed, unless readonly) the file at path; ":memory:" works.
  * Creates the schema in a new file; refuses a file whose user_version is newer
@@ -56,18 +70,50 @@ void tc_close(tc_db *db);
 /* The last error message of this handle. */
 const char *tc_errmsg(const tc_db *db);
 
-/* Insert or replace the winner for key. */
+/* Insert or replace the winner for key, stamped with key's stamps. */
 int tc_put(tc_db *db, const tc_key *key, const tc_entry *e);
-/* The exact entry for key; XENT_ENOTFOUND if none. */
+/* The entry with key's identity, stale or not (e's stamps say); XENT_ENOTFOUND if none. */
 int tc_get(tc_db *db, const tc_key *key, tc_entry *e);
-/* The entry of the same gpu/arch/sm_count/family/dtypes/reduction/options/
+/* Nonzero when e was made by another template or NVRTC than key says; why
+ * (may be NULL) gets the difference. */
+int tc_stale(const tc_key *key, const tc_entry *e, char *why, size_t len);
+/* The fresh entry of the same gpu/arch/sm_count/family/dtypes/reduction/options/
  * template_version whose (log n, log c) is nearest to key's; XENT_ENOTFOUND if none.
  * *n_found and *c_found (may be NULL) receive that entry's shape. */
 int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int64_t *c_found);
-/* Runtime lookup order: exact in user, exact in shipped, nearest in user then
- * shipped (the nearer of the two). Either db may be NULL. Sets *from (TC_FROM_*).
- * XENT_ENOTFOUND (and *from = TC_FROM_NONE) when nothing matches. */
-int tc_lookup(tc_db *user, tc_db *shipped, const tc_key *key, tc_entry *e, int *from);
+
+/* Whether an entry found for a key can be used (the runtime parses its
+ * config and checks it fits the problem); 0 with the reason in why if not. */
+typedef int (*tc_accept_fn)(void *arg, const tc_entry *e, char *why, size_t len);
+
+/* The stores of a lookup; any may be NULL. */
+typedef struct tc_stores {
+    tc_db *user;             /* the user's cache */
+    tc_db *shipped;          /* the cache shipped for this GPU */
+    tc_db *arch;             /* the shipped cache of the nearest GPU of this architecture */
+    const char *shipped_name, *arch_name; /* their GPU keys, for answers and notes */
+    tc_accept_fn accept;     /* NULL: every fresh entry is usable */
+    void *arg;
+} tc_stores;
+
+typedef struct tc_answer {
+    tc_entry entry;
+    int from;                /* TC_FROM_* */
+    char cache[32];          /* the store that answered: "user" or a shipped cache's GPU key */
+    int64_t n, c;            /* the answering entry's shape */
+    char note[768];          /* each entry passed over on the way, and why */
+} tc_answer;
+
+/* The runtime lookup chain, each level tried only when the ones above gave
+ * nothing usable, and every entry passed over noted in a->note:
+ *   1. the exact entry in user, 2. the exact entry in shipped,
+ *   3. the nearest shape in user or shipped (user's on a tie),
+ *   4. in arch, the entry of the same architecture, any GPU and SM count,
+ *      with the nearest shape (an exact one first), then the nearest SM count.
+ * An entry is passed over when stale (tc_stale) or not accepted. XENT_OK with
+ * a filled; XENT_ENOTFOUND (a->from = TC_FROM_NONE) when no level answered;
+ * a store's error (XENT_ECACHE) when nothing answered and a store failed. */
+int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a);
 
 /* Record one measured candidate (status: "ok", "wrong", "compile-error", "pruned", ...). */
 int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, double gbps,
@@ -75,6 +121,14 @@ int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, do
 
 /* Write the winners for gpu (NULL: all GPUs) as SQL text, sorted, one INSERT per line. */
 int tc_export(tc_db *db, const char *gpu, FILE *out);
+/* The template hash of a kernel family as 16 hex digits (xent_template_hash). */
+typedef int (*tc_hash_fn)(const char *family, char *buf, size_t len);
+/* Stamp every unstamped winner with hash(its family) and nvrtc, in one
+ * transaction; families hash does not know stay unstamped. *rows (may be
+ * NULL) gets the count. Only for a cache known to have been tuned with
+ * those templates and that NVRTC (docs/cache.md: restamping a cache). */
+int tc_stamp(tc_db *db, tc_hash_fn hash, int nvrtc, int *rows);
+
 /* Read such SQL text in one transaction: only INSERTs into `tune` are allowed;
  * any error rolls back and changes nothing. *rows (may be NULL) gets the count. */
 int tc_import(tc_db *db, const char *sql, int *rows);

@@ -87,7 +87,7 @@ OPS = {"forward": XENT_OP_FORWARD, "fused": XENT_OP_FUSED, "backward": XENT_OP_B
        "combine": XENT_OP_COMBINE, "rescale": XENT_OP_RESCALE}
 
 REDUCTIONS = {"none": XENT_REDUCE_NONE, "sum": XENT_REDUCE_SUM, "mean": XENT_REDUCE_MEAN}
-SOURCE_NAMES = {0: "user_db", 1: "shipped", 2: "nearest", 3: "heuristic", 4: "explicit"}
+SOURCE_NAMES = {0: "user_db", 1: "shipped", 2: "nearest", 3: "heuristic", 4: "explicit", 5: "arch"}
 
 # keyed by str(tensor.dtype), so that no torch import is needed to build them
 _LOGIT_DTYPES = {"torch.float32": XENT_F32, "torch.float16": XENT_F16, "torch.bfloat16": XENT_BF16}

@@ -528,9 +528,6 @@ def shard_stats(logits_shard, target, class_offset, vocab, *, ignore_index=-100,
     _check_inputs(logits_shard, target, what="logits_shard")
     _check_options("mean", label_smoothing, 0.0, softcap)
     _check_shard(logits_shard, target, class_offset, vocab)
-    if logits_shard.shape[1] == int(vocab):
-        raise ValueError("xent.shard_stats: the shard is the whole vocabulary (c = vocab = %d); use "
-                         "xent.cross_entropy" % vocab)
     return torch.ops.xent.shard_stats(logits_shard.detach(), target.contiguous(), int(class_offset), int(vocab),
                                       int(ignore_index), float(label_smoothing), float(softcap))
 

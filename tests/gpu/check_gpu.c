@@ -1082,7 +1082,7 @@ START_TEST(test_all_ignored) {
                 }
                 CU(G.drv->MemsetD8(ls, 0xFF, (size_t)nout * 4));
                 xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg,
-                               (const float *)(uintptr_t)wd, (float *)(uintptr_t)ls, (float *)(uintptr_t)lz, NULL};
+                               (const float *)(uintptr_t)wd, (float *)(uintptr_t)ls, (float *)(uintptr_t)lz, NULL, NULL, NULL, NULL};
                 ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_OK);
                 ck_assert_int_eq(xent_check_targets(G.ctx, NULL), XENT_OK);
                 CU(G.drv->MemcpyDtoH(o, ls, (size_t)nout * 4));
@@ -1510,7 +1510,7 @@ START_TEST(test_timing) {
     CU(G.drv->MemcpyHtoD(tg, ht, (size_t)n * 8));
     free(hl);
     free(ht);
-    xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg, NULL, (float *)(uintptr_t)ls, NULL, NULL};
+    xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg, NULL, (float *)(uintptr_t)ls, NULL, NULL, NULL, NULL, NULL};
     CUevent e0, e1;
     CU(G.drv->EventCreate(&e0, CU_EVENT_DEFAULT));
     CU(G.drv->EventCreate(&e1, CU_EVENT_DEFAULT));

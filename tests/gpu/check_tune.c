@@ -64,7 +64,7 @@ static void serve_and_check(const xent_problem *p, const xent_config *want) {
     ck_assert_int_eq(d->MemcpyHtoD(lg, hl, nl * 4), CUDA_SUCCESS);
     ck_assert_int_eq(d->MemcpyHtoD(tg, ht, (size_t)p->n * 8), CUDA_SUCCESS);
     ck_assert_int_eq(d->MemsetD8(ls, 0xff, 4), CUDA_SUCCESS);
-    xent_args a = {(void *)lg, (void *)tg, NULL, (float *)ls, NULL, NULL};
+    xent_args a = {(void *)lg, (void *)tg, NULL, (float *)ls, NULL, NULL, NULL, NULL, NULL};
     ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_OK);
     ck_assert_int_eq(xent_check_targets(ctx, NULL), XENT_OK);
     float loss;

@@ -1,0 +1,216 @@
+/* check_lookup — the runtime's tune-cache lookup for a presented GPU, on the
+ * CPU: the shipped tunecache/h200.sql answering its own GPU, siblings of its
+ * architecture answering through it, user entries first, stale and
+ * unusable entries passed over with a note, and the heuristic last. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gen/gen.h"
+#include "runtime/runtime.h"
+#include "tests/run_suite.h"
+#include "tests/tmpdir.h"
+
+/* The shipped winner of f32 i64 mean 32768x4096, as tunecache/h200.sql has it. */
+#define H200_32768x4096 "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"
+
+static void make_tmpdir(void) {
+    strcpy(tmpdir, "/tmp/check_lookup.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot read %s (tests run from the repository root)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static void write_text(const char *path, const char *s) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_ge(fputs(s, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* tunecache/h200.sql into datadir, its stamps replaced by another
+ * template's when stale: what a template change does to a shipped cache. */
+static void ship_h200(const char *datadir, int stale) {
+    char hash[17], path[700];
+    char *text = read_text("tunecache/h200.sql");
+    ck_assert_int_eq(xent_template_hash("xent_fwd", hash, sizeof hash), XENT_OK);
+    for (char *p = text; stale && (p = strstr(p, hash)); p += 16) memcpy(p, "feedfacefeedface", 16);
+    mkdir(datadir, 0755);
+    snprintf(path, sizeof path, "%s/h200.sql", datadir);
+    write_text(path, text);
+    free(text);
+}
+
+/* The key the runtime makes for p on a presented GPU. */
+static void key_for(const char *gpu, int arch, int sm, const xent_problem *p, tc_key *key) {
+    static xent_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    snprintf(ctx.info.key, sizeof ctx.info.key, "%s", gpu);
+    ctx.arch = arch;
+    ctx.info.sm_count = sm;
+    xent_tc_key(&ctx, p, key);
+}
+
+static void put_user(const tc_key *key, const char *config) {
+    tc_db *db;
+    char err[256];
+    tc_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.config, sizeof e.config, "%s", config);
+    e.us = e.gbps = 1.0;
+    ck_assert_msg(tc_open(tpath("user.db"), 0, &db, err, sizeof err) == XENT_OK, "%s", err);
+    ck_assert_int_eq(tc_put(db, key, &e), XENT_OK);
+    tc_close(db);
+}
+
+typedef struct lookup_case {
+    const char *name;
+    const char *gpu;
+    int arch, sm;
+    int64_t n, c;
+    int stale;              /* the shipped h200.sql made by another template */
+    const char *user;       /* an exact user entry for the presented GPU, or NULL */
+    xent_source source;
+    const char *cache;      /* "" for the heuristic */
+    const char *config;     /* NULL: the heuristic's for this problem */
+    const char *note;       /* in the note, or NULL for an empty note */
+} lookup_case;
+
+static const lookup_case cases[] = {
+    {"h200 exact", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL},
+    {"h200 nearest", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL},
+    {"h100 from h200", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
+    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
+    {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
+     NULL},
+    {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
+    {"h100 user first", "h100", 90, 132, 32768, 4096, 0, "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     XENT_SOURCE_USER_DB, "user", "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL},
+    {"user unparsable", "h200", 90, 132, 32768, 4096, 0, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200",
+     H200_32768x4096, "user 32768x4096: config does not parse"},
+    {"user unfit", "h100", 90, 132, 32768, 4096, 0, "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
+     XENT_SOURCE_ARCH, "h200", H200_32768x4096, "user 32768x4096: config does not fit"},
+    {"other arch", "l40s", 89, 142, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL},
+    {"h200 stale", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096: stale: made by template feedfacefeedface"},
+    {"h100 stale sibling", "h100", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096 (arch): stale"},
+};
+
+static void config_text(const char *text, const xent_problem *p, int sm, char *buf, size_t len) {
+    xent_config cfg;
+    if (text) ck_assert_int_eq(xent_config_parse(text, &cfg, NULL, 0), XENT_OK);
+    else xent_config_heuristic(p, sm, &cfg);
+    xent_config_format(&cfg, buf, len);
+}
+
+START_TEST(lookup_for_presented_gpu) {
+    const lookup_case *t = &cases[_i];
+    char datadir[600], want[200], got[200];
+    snprintf(datadir, sizeof datadir, "%s", tpath("share"));
+    setenv("XENT_TUNECACHE", tpath("user.db"), 1);
+    ship_h200(datadir, t->stale);
+    xent_problem p;
+    xent_problem_init(&p, t->n, t->c);
+    tc_key key;
+    key_for(t->gpu, t->arch, t->sm, &p, &key);
+    if (t->user) put_user(&key, t->user);
+
+    xent_caches caches;
+    xent_caches_open(&caches, t->gpu, t->arch, t->sm, datadir);
+    xent_config cfg;
+    tc_answer a;
+    xent_source src = xent_choose_config(&caches, &key, &p, &cfg, &a);
+    xent_caches_close(&caches);
+
+    config_text(t->config, &p, t->sm, want, sizeof want);
+    xent_config_format(&cfg, got, sizeof got);
+    ck_assert_msg(src == t->source, "%s: source %d, want %d (note: %s)", t->name, src, t->source, a.note);
+    ck_assert_msg(!strcmp(a.cache, t->cache), "%s: cache '%s', want '%s'", t->name, a.cache, t->cache);
+    ck_assert_msg(!strcmp(got, want), "%s: config %s, want %s", t->name, got, want);
+    if (t->note) ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
+    else ck_assert_msg(a.note[0] == 0, "%s: note '%s'", t->name, a.note);
+}
+END_TEST
+
+typedef struct sibling_case {
+    const char *gpu;
+    int arch, sm, include_own;
+    const char *files;      /* shipped caches present, space-separated */
+    const char *want;       /* NULL: none */
+} sibling_case;
+
+static const sibling_case siblings[] = {
+    {"h100", 90, 132, 1, "h200", "h200"},
+    {"h100", 90, 114, 1, "h200 h100", "h100"},  /* its own file first among equals */
+    {"h100", 90, 114, 0, "h200 h100", "h200"},  /* unless its own could not be read */
+    {"h20", 90, 78, 1, "h200 h100", "h100"},    /* h100 PCIe (114) is nearer 78 than 132 */
+    {"h20", 90, 78, 1, "h200 gh200", "h200"},   /* equally near: the table's order */
+    {"a100", 80, 108, 1, "h200", NULL},
+    {"l40s", 89, 142, 1, "", NULL},
+};
+
+START_TEST(arch_sibling_choice) {
+    const sibling_case *t = &siblings[_i];
+    char dir[600], path[700], files[64], got[32] = "";
+    snprintf(dir, sizeof dir, "%s", tpath("share"));
+    mkdir(dir, 0755);
+    snprintf(files, sizeof files, "%s", t->files);
+    for (char *f = strtok(files, " "); f; f = strtok(NULL, " ")) {
+        snprintf(path, sizeof path, "%s/%s.sql", dir, f);
+        write_text(path, "-- empty\n");
+    }
+    int rc = xent_arch_sibling(t->gpu, t->arch, t->sm, dir, t->include_own, got, sizeof got);
+    if (!t->want) ck_assert_msg(rc == XENT_ENOTFOUND, "%s sm %d: got %s", t->gpu, t->sm, got);
+    else ck_assert_msg(rc == XENT_OK && !strcmp(got, t->want), "%s sm %d: got '%s', want %s", t->gpu, t->sm, got,
+                       t->want);
+}
+END_TEST
+
+/* What a plan says about where its configuration came from. */
+START_TEST(describe_names_the_cache) {
+    static xent_context ctx;
+    static xent_plan plan;
+    char buf[2048];
+    plan.ctx = &ctx;
+    xent_problem_init(&plan.problem, 8, 8);
+    xent_config_heuristic(&plan.problem, 132, &plan.config);
+    plan.source = XENT_SOURCE_ARCH;
+    snprintf(plan.cache, sizeof plan.cache, "h200");
+    snprintf(plan.note, sizeof plan.note, "user 8x8: stale: made by template unknown NVRTC 0");
+    ck_assert_int_eq(xent_plan_describe(&plan, buf, sizeof buf), XENT_OK);
+    ck_assert_msg(strstr(buf, " source=arch cache=h200 grid="), "%s", buf);
+    ck_assert_msg(strstr(buf, " note=user 8x8: stale"), "%s", buf);
+    plan.source = XENT_SOURCE_HEURISTIC;
+    plan.cache[0] = plan.note[0] = 0;
+    ck_assert_int_eq(xent_plan_describe(&plan, buf, sizeof buf), XENT_OK);
+    ck_assert_msg(strstr(buf, " source=heuristic grid=") && !strstr(buf, "cache=") && !strstr(buf, "note="), "%s",
+                  buf);
+}
+END_TEST
+
+int main(void) {
+    (void)add_scratch_tests; /* the loop tests below need their own test case */
+    Suite *s = suite_create("lookup");
+    TCase *tc = tcase_create("chain");
+    tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+    tcase_add_loop_test(tc, lookup_for_presented_gpu, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, arch_sibling_choice, 0, (int)(sizeof siblings / sizeof siblings[0]));
+    tcase_add_test(tc, describe_names_the_cache);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}
