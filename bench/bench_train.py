@@ -100,10 +100,11 @@ def main():
                     ref_full = F.cross_entropy(base.float(), t).item()
                     rec["loss_rel_err"] = abs(loss.item() - ref_full) / abs(ref_full)
                     rec["grad_rel_err_first_rows"] = gerr
-                    work = base.clone() if inplace else base
+                    # a leaf of its own: base itself must never start requiring grad
+                    work = base.clone() if inplace else base.detach().clone().requires_grad_(True)
 
                     def call(fn=fn, work=work, inplace=inplace):
-                        xx = (work.requires_grad_(True) if not inplace else work.detach().requires_grad_(True))
+                        xx = work if not inplace else work.detach().requires_grad_(True)
                         # the in-place ones overwrite work with the gradient: timing them on that buffer is
                         # the same memory traffic (the values do not change the cost)
                         fn(xx, t).backward()

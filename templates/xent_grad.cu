@@ -469,16 +469,16 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++) cm = fmaxf(cm, edge_y(ch, q, k.softcap));
     acc_rebase(a, fmaxf(a.m, cm));
-    /* one FFMA and one ex2 a term: the rounding of m * log2e shifts every
-     * term of the row alike, and lse is formed with the same rounding */
-    const float ml2 = safe_max(a.m) * LOG2E;
+    /* the subtraction first: the max's own term is exactly 1 (a row of one
+     * class has loss 0, not a rounding of m * log2e) */
+    const float m = safe_max(a.m);
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) {
             float y = y_of(ch, i, j, v < l.v1, k.softcap);
-            a.s += fast_exp2(fmaf(y, LOG2E, -ml2));
+            a.s += exp_shifted(y, m);
 #if XENT_SMOOTHING || XENT_SHARD
             if (v < l.v1) {
                 float w = class_weight(k.weights, vec_class(l, v, j));
@@ -491,7 +491,7 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
         float y = edge_y(ch, q, k.softcap);
-        a.s += fast_exp2(fmaf(y, LOG2E, -ml2));
+        a.s += exp_shifted(y, m);
 #if XENT_SMOOTHING || XENT_SHARD
         if (ch.ej[q] >= 0) {
             float w = class_weight(k.weights, ch.ej[q]);
@@ -506,7 +506,8 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 /* What the gradient of a row needs besides its logits. Every element but
  * the target's takes f (A p_j - eps/C w_j); the target's is rewritten after. */
 struct rowg {
-    float lse2;  /* lse * log2e: p_j = 2^(y_j log2e - lse2) */
+    float lse;
+    float lse2;  /* lse * log2e: p_j = 2^(y_j log2e - lse2) for 16-bit logits */
     float fa;    /* f A */
     float fe;    /* f eps / C (times w_j with weights) */
     float ft;    /* f (1-eps) w_t: subtracted at the target */
@@ -514,9 +515,20 @@ struct rowg {
     float xt;    /* the target's logit, read before any gradient store (in place) */
 };
 
+/* p_j: fp32 gradients subtract first (the FFMA's rounding of lse * log2e
+ * is 2^-24 |lse| relative, over fp32's own rounding at |lse| ~ 40); 16-bit
+ * ones round far coarser and take the single FFMA. */
+__device__ __forceinline__ float softmax_p(float y, const rowg &r) {
+#if XENT_LOGIT == 0
+    return exp_shifted(y, r.lse);
+#else
+    return fast_exp2(fmaf(y, LOG2E, -r.lse2));
+#endif
+}
+
 __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
     float y = capped(x, k.softcap);
-    float p = fast_exp2(fmaf(y, LOG2E, -r.lse2));
+    float p = softmax_p(y, r);
 #if XENT_SMOOTHING
     float g = fmaf(r.fa, p, -r.fe * class_weight(k.weights, col));
 #else
@@ -532,7 +544,7 @@ __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const 
 /* The target's element: the one-hot term too. */
 __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
     float y = capped(r.xt, k.softcap);
-    float p = fast_exp2(fmaf(y, LOG2E, -r.lse2));
+    float p = softmax_p(y, r);
     float g = fmaf(r.fa, p, -r.ft);
 #if XENT_SMOOTHING
     g -= r.fe * class_weight(k.weights, r.t);
@@ -593,6 +605,7 @@ __device__ __forceinline__ const double *ws_sums(const gargs &k) { return (const
 __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, long long t, float lse, bool bad,
                                                float xt) {
     rowg r;
+    r.lse = lse;
     r.lse2 = lse * LOG2E;
     float eps_c = k.smoothing / (float)k.vocab;
     r.t = t - k.c0;

@@ -106,6 +106,7 @@ def test_z_loss_softcap_vs_formula(dtype, reduction, z_loss, softcap):
 
 def test_row_strided_logits():
     big, t = _inputs(64, 1100, torch.float32, seed=3)
+    t = torch.where(t >= 1000, t % 1000, t)  # classes of the 1000-column view
     x = big[:, 30:1030]  # row stride 1100, stride(1) 1
     xg = x.detach().clone()
     for req in (False, True):

@@ -220,6 +220,12 @@ def _forward_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_
                                        label_smoothing, z_loss, softcap)
         return loss.float(), (lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32))
     _check_inputs(input, target, weight)
+    return _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                         write_lse)
+
+
+def _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+    n = input.shape[0]
     loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=input.device)
     lse = torch.empty((n if write_lse else 0,), dtype=torch.float32, device=input.device)
     key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
@@ -300,6 +306,10 @@ def _rescale_op(grad: Tensor, dloss: Tensor) -> None:
         d = dloss.reshape(-1, 1) if dloss.numel() > 1 else dloss.reshape(())
         grad.copy_((grad.double() * d.double()).to(grad.dtype))
         return
+    _rescale_impl(grad, dloss)
+
+
+def _rescale_impl(grad, dloss):
     n, c = grad.shape
     key = (n, c, _row_stride(grad), _LOGIT[grad.dtype], _capi.XENT_I64, 0 if dloss.numel() > 1 else 2, -100,
            0.0, 0, 0, _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0)
@@ -357,7 +367,36 @@ class _FusedInplace(torch.autograd.Function):
         (grad,) = ctx.saved_tensors
         if grad_loss is None:
             return torch.zeros_like(grad), None, None, None, None, None, None, None, None
-        torch.ops.xent.rescale_(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
+        dl = _dloss(grad_loss, grad.shape[0], ctx.reduction)
+        if grad.is_cuda and not torch.compiler.is_compiling():
+            _rescale_impl(grad, dl)
+        else:
+            torch.ops.xent.rescale_(grad, dl)
+        return grad, None, None, None, None, None, None, None, None
+
+
+class _FusedEager(torch.autograd.Function):
+    """Eager mode's fused loss: the kernels launched straight from here, with none of the custom op's
+    dispatch on the way (torch.compile traces xent::fused instead, for its graph)."""
+
+    @staticmethod
+    def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+        x = input if _aligned(input) else input.contiguous() if not input.is_contiguous() else input.clone()
+        grad = torch.empty_like(x, memory_format=torch.contiguous_format)
+        loss, lse = _fused_impl(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                                write_lse, grad)
+        ctx.save_for_backward(grad)
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        ctx.reduction = reduction
+        return loss, lse
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_lse):
+        (grad,) = ctx.saved_tensors
+        if grad_loss is None:
+            return torch.zeros_like(grad), None, None, None, None, None, None, None, None
+        _rescale_impl(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
         return grad, None, None, None, None, None, None, None, None
 
 
@@ -388,10 +427,13 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         target = target.contiguous()
     args = (target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss), float(softcap),
             bool(return_lse))
+    eager = input.is_cuda and not torch.compiler.is_compiling()
     if not (torch.is_grad_enabled() and input.requires_grad):
-        loss, lse = torch.ops.xent.forward(input, *args)
+        loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
     elif inplace_backward:
         loss, lse = _FusedInplace.apply(input, *args)
+    elif eager:
+        loss, lse = _FusedEager.apply(input, *args)
     else:
         loss, lse, _ = torch.ops.xent.fused(input, *args)
     return (loss, lse) if return_lse else loss
