@@ -411,6 +411,10 @@ START_TEST(test_bad_shapes)
     }
     /* A bad shape after good ones still fails. */
     USAGE("bad shape '5x0'", NULL, "--dry-run", "-s", "8x8", "-s", "5x0");
+    /* Well-formed, but a problem the library refuses: its reason, before any arithmetic on it. */
+    USAGE("shape 9223372036854775807x2: n * row_stride is too large", NULL, "--dry-run", "--shape",
+          "9223372036854775807x2");
+    USAGE("n * row_stride is too large", NULL, "--compile-only", "-s", "8x8", "-s", "72057594037927936x1");
 
     /* The edges that are legal: C = 2^31-1, and an upper-case X. */
     result r = RUN("--dry-run", "--shape", "1x2147483647");

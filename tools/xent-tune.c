@@ -390,6 +390,22 @@ static void problem_for(const cli *o, int i, xent_problem *p) {
     p->row_stride = p->c;
 }
 
+/* Every problem passes the library's own check before anything computes with
+ * its fields: a shape can parse and still overflow n * row_stride. */
+static int check_problems(const cli *o) {
+    char why[256];
+    for (int i = 0; i < o->nshapes; i++) {
+        xent_problem p;
+        problem_for(o, i, &p);
+        if (xent_problem_check(&p, why, sizeof why)) {
+            fprintf(stderr, "%s: shape %lldx%lld: %s\nTry '%s --help'.\n", prog, (long long)p.n,
+                    (long long)p.c, why, prog);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
 static void describe_problem(const xent_problem *p, char *buf, size_t len) {
     snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
              p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), p->has_weights ? " weights" : "",
@@ -659,6 +675,7 @@ int main(int argc, char **argv) {
     if (o.command && !strcmp(o.command, "show")) return cmd_show(&o);
     if (o.command && !strcmp(o.command, "export")) return cmd_export(&o);
     if (o.command && !strcmp(o.command, "import")) return cmd_import(&o);
+    if ((rc = check_problems(&o))) return rc;
     if (o.dry_run) return cmd_dry_run(&o);
     if (o.compile_only) return cmd_compile_only(&o);
     return cmd_tune(&o);
