@@ -20,6 +20,9 @@
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 
+/* A configuration the library parses and that is legal for every dtype. */
+#define CFG "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
+
 /* ---- fixtures --------------------------------------------------------- */
 
 static void make_tmpdir(void)
@@ -944,6 +947,105 @@ START_TEST(test_concurrent_create)
 }
 END_TEST
 
+
+/* ---- files this process may not write --------------------------------------- */
+
+/* A child that cannot write what root's tests made: the unprivileged user when
+ * run as root (root writes through any mode), else this user. */
+static void become_reader(void)
+{
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        _exit(90);
+}
+
+/* In a child as a reader: opens path read-only and counts its rows; the exit
+ * status is the count, or 100 + the open's status. */
+static int reader_count(const char *path)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        become_reader();
+        tc_db *db = NULL;
+        char err[512];
+        int rc = tc_open(path, 1, &db, err, sizeof err);
+        if (rc != XENT_OK) {
+            fprintf(stderr, "reader: %s\n", err);
+            _exit(100 + rc);
+        }
+        int n = 0;
+        visit_state v = { 0, 0, 1, -1 };
+        rc = tc_foreach(db, NULL, visit, &v);
+        n = v.count;
+        if (rc != XENT_OK)
+            fprintf(stderr, "reader: %s\n", tc_errmsg(db));
+        tc_close(db);
+        _exit(rc == XENT_OK ? n : 100 + rc);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* A WAL cache of three rows at dir/name, made by this (writing) process. */
+static const char *make_cache(const char *dir, const char *name)
+{
+    static char p[512];
+    ck_assert_int_eq(mkdir(tpath(dir), 0755), 0);
+    snprintf(p, sizeof p, "%s/%s", tpath(dir), name);
+    tc_db *db = open_ok(p);
+    put_ok(db, 1, 10, CFG, 1.0);
+    put_ok(db, 2, 10, CFG, 2.0);
+    put_ok(db, 3, 10, CFG, 3.0);
+    tc_close(db);
+    return p;
+}
+
+static int has_journal_files(const char *path)
+{
+    char w[600], s[600];
+    snprintf(w, sizeof w, "%s-wal", path);
+    snprintf(s, sizeof s, "%s-shm", path);
+    return access(w, F_OK) == 0 || access(s, F_OK) == 0;
+}
+
+START_TEST(test_readonly_places)
+{
+    ck_assert_int_eq(chmod(tmpdir, 0755), 0);
+    /* A directory the reader cannot write: no -shm can be made there. */
+    const char *p = make_cache("rodir", "t.db");
+    ck_assert_int_eq(chmod(tpath("rodir"), 0555), 0);
+    ck_assert_int_eq(reader_count(p), 3);
+    ck_assert(!has_journal_files(p));
+    /* A file the reader cannot write, in a directory it can: nothing left beside it. */
+    p = make_cache("rofile", "t.db");
+    ck_assert_int_eq(chmod(tpath("rofile"), 0777), 0);
+    ck_assert_int_eq(chmod(p, 0444), 0);
+    ck_assert_int_eq(reader_count(p), 3);
+    ck_assert_msg(!has_journal_files(p), "a read-only open left -wal or -shm beside %s", p);
+    chmod(tpath("rodir"), 0755);
+}
+END_TEST
+
+/* A foreign file that claims our schema version is refused before anything is
+ * written to it: its journal mode stays its own. */
+START_TEST(test_foreign_v1_untouched)
+{
+    const char *p = tpath("foreign1.db");
+    raw_exec(p, "CREATE TABLE notes(x); PRAGMA user_version = 1");
+    for (int ro = 0; ro <= 1; ro++) {
+        tc_db *db = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(tc_open(p, ro, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_msg(strstr(err, "not a tune cache"), "err: %s", err);
+        ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'delete'"), 1);
+        ck_assert(!has_journal_files(p));
+    }
+}
+END_TEST
+
 /* ---- user path ------------------------------------------------------------ */
 
 START_TEST(test_user_path)
@@ -1003,6 +1105,7 @@ static Suite *tunecache_suite(void)
         { "io", 60, test_import_blank_and_comments },  { "io", 60, test_import_file },
         { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
         { "env", 60, test_user_path },
+        { "readonly", 60, test_readonly_places },      { "readonly", 60, test_foreign_v1_untouched },
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;

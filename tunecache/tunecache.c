@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TC_STR_(x) #x
 #define TC_STR(x) TC_STR_(x)
@@ -181,6 +182,8 @@ static int check_tables(tc_db *db)
     return XENT_OK;
 }
 
+/* Nothing is written (not even the switch to WAL) until the file is known to
+ * be a tune cache or an empty file of ours to create. */
 static int setup(tc_db *db, int readonly)
 {
     int64_t version = 0, ntables = 0;
@@ -195,11 +198,74 @@ static int setup(tc_db *db, int readonly)
         return fail(db, XENT_ECACHE, "not a tune cache (user_version 0 and other tables)");
     if (version == 0 && readonly)
         return fail(db, XENT_ECACHE, "empty, and opened read-only");
+    if (version > 0 && (rc = check_tables(db)) != XENT_OK)
+        return rc;
     if (!readonly && (rc = use_wal(db)) != XENT_OK)
         return rc;
     if (version == 0 && (rc = create_schema(db)) != XENT_OK)
         return rc;
     return check_tables(db);
+}
+
+/* Whether this process may write the file and create files beside it. */
+static int writable_here(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else
+        return 0;
+    return access(path, W_OK) == 0 && access(dir, W_OK) == 0;
+}
+
+static int journal_exists(const char *path)
+{
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return access(wal, F_OK) == 0;
+}
+
+/* A path as a file: URI, every byte outside the unreserved set escaped. */
+static char *file_uri(const char *path, const char *query)
+{
+    size_t len = strlen(path);
+    char *uri = malloc(5 + 3 * len + strlen(query) + 1), *o = uri;
+    if (!uri)
+        return NULL;
+    o += sprintf(o, "file:");
+    for (const unsigned char *c = (const unsigned char *)path; *c; c++)
+        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+            strchr("/-._~", *c))
+            *o++ = (char)*c;
+        else
+            o += sprintf(o, "%%%02X", *c);
+    strcpy(o, query);
+    return uri;
+}
+
+/* A WAL file read by a connection that may not write it or its directory
+ * either fails (no -shm can be made: "attempt to write a readonly database")
+ * or leaves -wal and -shm behind that only a writer removes. Such a reader
+ * opens the file as immutable: no journal, no locks, the bytes as they are.
+ * A -wal left by a writer holds commits not yet in the file, so then the
+ * ordinary read-only open, which reads it, is the one to try. */
+static int open_sql(tc_db *db, const char *path, int readonly)
+{
+    int flags = SQLITE_OPEN_FULLMUTEX;
+    if (!readonly)
+        return sqlite3_open_v2(path, &db->sql, flags | SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    flags |= SQLITE_OPEN_READONLY;
+    if (!strcmp(path, ":memory:") || writable_here(path) || journal_exists(path) || access(path, R_OK) != 0)
+        return sqlite3_open_v2(path, &db->sql, flags, NULL);
+    char *uri = file_uri(path, "?immutable=1");
+    if (!uri)
+        return SQLITE_NOMEM;
+    int rc = sqlite3_open_v2(uri, &db->sql, flags | SQLITE_OPEN_URI, NULL);
+    free(uri);
+    return rc;
 }
 
 static void copy_err(char *err, size_t errlen, const char *msg)
@@ -222,10 +288,7 @@ int tc_open(const char *path, int readonly, tc_db **out, char *err, size_t errle
         copy_err(err, errlen, "tune cache: out of memory");
         return XENT_ENOMEM;
     }
-    int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
-                | SQLITE_OPEN_FULLMUTEX;
-    int rc = sqlite3_open_v2(path, &db->sql, flags, NULL) == SQLITE_OK
-                 ? setup(db, readonly) : sqlfail(db, "cannot open");
+    int rc = open_sql(db, path, readonly) == SQLITE_OK ? setup(db, readonly) : sqlfail(db, "cannot open");
     if (rc != XENT_OK) {
         copy_err(err, errlen, db->err);
         tc_close(db);
