@@ -930,9 +930,10 @@ static tc_entry mkentry(const char *config, double us, double gbps)
     return e;
 }
 
-#define CFG_A "VEC=8 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 SPLIT=1 PERSIST=0"
-#define CFG_B "VEC=8 TPR=1024 BLOCK=1024 ITEMS=4 PASSES=1 CACHE=2 SPLIT=1 PERSIST=1"
-#define CFG_C "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=4 PERSIST=0"
+/* Configs the library parses, legal for the dtype of their rows (bf16; CFG_C fp32 too). */
+#define CFG_A "VEC=8 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=0"
+#define CFG_B "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"
+#define CFG_C "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0"
 
 /* An export made by the library: two h200 winners and one a100 winner. */
 static void library_export(const char *sql_path)
@@ -1170,12 +1171,12 @@ START_TEST(test_import_malformed)
     static const char *const malformed[] = {
         "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction, options, n, c, "
         "template_version, config, us, gbps, measured_at, settings) VALUES('h200', 90, 132, 'xent_fwd', 2, 1, 2, 0, "
-        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
+        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
         "INSERT INTO tune VALUES('h200', 90, oops\n",
         /* Right syntax, but a statement that is not an INSERT into tune. */
         "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction, options, n, c, "
         "template_version, config, us, gbps, measured_at, settings) VALUES('h200', 90, 132, 'xent_fwd', 2, 1, 2, 0, "
-        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
+        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
         "DELETE FROM tune;\n",
         "DROP TABLE tune;\n",
         /* A NOT NULL column missing. */

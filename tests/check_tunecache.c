@@ -581,18 +581,21 @@ static double random_double(void)
 
 static void fill_awkward(tc_db *db)
 {
-    const char *configs[] = { "VEC=4 TPR=32", "it's \"quoted\"", "semi;colon -- not a comment",
-                              "/* not a comment */", "ünïcødé ✓", "" };
+    /* import reads back only configs the library parses, so the awkward text is in settings */
+    const char *configs[] = { CFG, "VEC=2 TPR=1 BLOCK=128 ITEMS=8 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0",
+                              "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=4 PERSIST=3" };
+    const char *notes[] = { "it's \"quoted\"", "semi;colon -- not a comment", "/* not a comment */",
+                            "ünïcødé ✓", "" };
     srand(7);
     for (int i = 0; i < 200; i++) {
         tc_key k = mkkey(1 + rand() % 1000000, 2 + rand() % 262144);
         k.logits = i % 3;
         if (i % 5 == 0)
             strcpy(k.gpu, "h100");
-        tc_entry e = mkentry(configs[i % 6], measured_double());
+        tc_entry e = mkentry(configs[i % 3], measured_double());
         e.gbps = measured_double();
         e.when = 1700000000 + i;
-        snprintf(e.settings, sizeof e.settings, "budget=%d note='x'", i);
+        snprintf(e.settings, sizeof e.settings, "budget=%d note='x' %s", i, notes[i % 5]);
         ck_assert_int_eq(tc_put(db, &k, &e), XENT_OK);
     }
 }
@@ -689,7 +692,7 @@ START_TEST(test_export_exact_doubles)
     srand(11);
     for (int i = 0; i < 300; i++) {
         tc_key k = mkkey(i + 1, 64);
-        tc_entry e = mkentry("R", random_double());
+        tc_entry e = mkentry(CFG, random_double());
         e.gbps = random_double();
         ck_assert_int_eq(tc_put(a, &k, &e), XENT_OK);
     }
@@ -727,7 +730,7 @@ START_TEST(test_export_gpu_filter)
 
     /* A measured value is written as measured, not as 118.25299999999999. */
     tc_db *m = open_ok(":memory:");
-    put_ok(m, 7, 7, "M", 118.253);
+    put_ok(m, 7, 7, CFG, 118.253);
     char *text = export_str(m, NULL);
     ck_assert_msg(strstr(text, ", 118.253, 4118.253, "), "export: %s", text);
     free(text);
@@ -738,9 +741,16 @@ START_TEST(test_export_gpu_filter)
 }
 END_TEST
 
-#define INS(n, cfg) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
-    " options, n, c, template_version, config, us, gbps, measured_at, settings) VALUES('h200'," \
-    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" cfg "', 1.5, 2.5, 1700000000, '');\n"
+#define INS_COLS "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
+    " options, n, c, template_version, config, us, gbps, measured_at, settings) "
+/* A good row; `note` (its settings) tells rows apart. */
+#define INS(n, note) INS_COLS "VALUES('h200', 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" CFG \
+    "', 1.5, 2.5, 1700000000, '" note "');\n"
+/* A row for the key of the store's EXISTING entry (1x1), given as SQL values
+ * from the gpu to the logits, then from n to the settings. */
+#define ROW(head, tail) INS_COLS "VALUES(" head ", 1, 1, 0, " tail ");\n"
+#define GOOD_HEAD "'h200', 90, 132, 'xent_fwd', 0"
+#define GOOD_TAIL(cfg, us, gbps) "1, 1, 1, " cfg ", " us ", " gbps ", 1700000000, ''"
 
 /* Each bad text carries good inserts before the bad part, so a missing
  * rollback would show up as extra rows. */
@@ -748,7 +758,7 @@ static void assert_import_refused(const char *text, const char *want_in_err)
 {
     const char *p = tpath("imp.db");
     tc_db *db = open_ok(p);
-    put_ok(db, 1, 1, "EXISTING", 1.0);
+    put_ok(db, 1, 1, CFG, 1.0);
     char *before = export_str(db, NULL);
     int rows = -1;
     ck_assert_int_eq(tc_import(db, text, &rows), XENT_ECACHE);
@@ -758,7 +768,7 @@ static void assert_import_refused(const char *text, const char *want_in_err)
     char *after = export_str(db, NULL);
     assert_same_text(before, after);
     /* The store is still writable: no transaction or authorizer left behind. */
-    put_ok(db, 2, 2, "LATER", 1.0);
+    put_ok(db, 2, 2, CFG, 1.0);
     tc_close(db);
     ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 2);
     ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial"), 0);
@@ -849,6 +859,90 @@ START_TEST(test_import_file)
     ck_assert_int_eq(count_rows(b), 200);
     tc_close(a);
     tc_close(b);
+}
+END_TEST
+
+
+/* Rows are read back as the runtime reads them: each value of the right type
+ * and range, the config parsed and legal for the row's dtype. A row that is
+ * not replaces nothing. */
+START_TEST(test_import_validates_values)
+{
+    static char long_config[5100];
+    memset(long_config, 0, sizeof long_config);
+    strcpy(long_config, "'" CFG);
+    for (size_t i = strlen(long_config); i < 5000; i++)
+        long_config[i] = ' ';
+    strcat(long_config, "'");
+    static char long_row[6000];
+    snprintf(long_row, sizeof long_row, ROW(GOOD_HEAD, "1, 1, 1, %s, 1.5, 2.5, 1700000000, ''"), long_config);
+    const struct { const char *row, *why; } bad[] = {
+        { ROW(GOOD_HEAD, GOOD_TAIL("'this is not a config'", "1.5", "2.5")), "config" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'VEC=8 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1'",
+                                   "1.5", "2.5")), "not legal" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "-1e308", "2.5")), "us" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "1e999", "2.5")), "us" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "1.5", "'abc'")), "gbps" },
+        { long_row, "config" },
+        { ROW(GOOD_HEAD, "'abc', 1, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "n" },
+        { ROW(GOOD_HEAD, "0, 1, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "n" },
+        { ROW(GOOD_HEAD, "1, 2147483648, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "c" },
+        { ROW(GOOD_HEAD, "1, 1, 1, '" CFG "', 1.5, 2.5, 'soon', ''"), "measured_at" },
+        { ROW("'h200', 90, 132, 'xent_fwd', 7", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "logits" },
+        { ROW("'', 90, 132, 'xent_fwd', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "gpu" },
+        { ROW("'h200', 90.5, 132, 'xent_fwd', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "arch" },
+        { ROW("'h200', 90, 132, x'00', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "family" },
+    };
+    static char text[8192];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s%s", INS(10, "A"), bad[i].row, INS(11, "B"));
+        assert_import_refused(text, bad[i].why);
+    }
+    /* the same row with good values replaces the winner */
+    tc_db *db = open_ok(":memory:");
+    put_ok(db, 1, 1, CFG, 1.0);
+    ck_assert_int_eq(tc_import(db, ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "0.5", "2.5")), NULL), XENT_OK);
+    tc_key k = mkkey(1, 1);
+    tc_entry e;
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert(e.us == 0.5);
+    tc_close(db);
+}
+END_TEST
+
+/* A small text whose statement runs for ever is stopped, and changes nothing. */
+START_TEST(test_import_bounded_work)
+{
+    assert_import_refused(INS(10, "A")
+                          "WITH t(x) AS (VALUES(1),(2),(3),(4),(5),(6),(7),(8),(9),(10)) " INS_COLS
+                          "SELECT 'h200', 90, 132, 'xent_fwd', 0, 1, 1, 0, a.x, 64, 1, '" CFG "', 1.5, 2.5, 1, ''"
+                          " FROM t a, t b, t c, t d, t e, t f, t g, t h, t i, t j, t k, t l"
+                          " WHERE a.x + b.x + c.x + d.x + e.x + f.x + g.x + h.x + i.x + j.x + k.x + l.x = 0;\n",
+                          "work");
+}
+END_TEST
+
+/* Only regular files of a bounded size are read: a device or a FIFO would
+ * never end, a huge file would be read whole into memory. */
+START_TEST(test_import_file_bounds)
+{
+    tc_db *db = open_ok(tpath("b.db"));
+    int rows = -1;
+    ck_assert_int_eq(tc_import_file(db, "/dev/zero", &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
+    ck_assert_int_eq(tc_import_file(db, tpath("fifo"), &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(tc_import_file(db, tmpdir, &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    const char *big = tpath("big.sql");
+    write_file(big, INS(1, "A"), strlen(INS(1, "A")));
+    ck_assert_int_eq(truncate(big, 64L << 20), 0); /* sparse: no disk, and refused before reading */
+    ck_assert_int_eq(tc_import_file(db, big, &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "more than"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(count_rows(db), 0);
+    tc_close(db);
 }
 END_TEST
 
@@ -1103,6 +1197,8 @@ static Suite *tunecache_suite(void)
         { "io", 60, test_export_gpu_filter },
         { "io", 60, test_import_malformed },           { "io", 60, test_import_refuses_other_statements },
         { "io", 60, test_import_blank_and_comments },  { "io", 60, test_import_file },
+        { "import", 20, test_import_validates_values }, { "import", 20, test_import_bounded_work },
+        { "import", 20, test_import_file_bounds },
         { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
         { "env", 60, test_user_path },
         { "readonly", 60, test_readonly_places },      { "readonly", 60, test_foreign_v1_untouched },
