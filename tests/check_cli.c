@@ -14,6 +14,7 @@
 #include "xent.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1294,6 +1295,66 @@ START_TEST(test_foreign_and_truncated_db)
 }
 END_TEST
 
+
+/* export --output replaces the file whole or not at all: a failed export
+ * leaves the old file and no temporary beside it. */
+START_TEST(test_export_output_atomic)
+{
+    const char *sql = tpath("all.sql"), *db = tpath("x.db"), *out = tpath("out/h200.sql");
+    library_export(sql);
+    result r = RUN("import", sql, "--db", db);
+    expect_code(&r, 0);
+    result_free(&r);
+    ck_assert_int_eq(mkdir(tpath("out"), 0755), 0);
+    write_text(out, "-- the previous export\n");
+
+    /* a cache that cannot be read: the export fails, the old file stays */
+    const char *junk = tpath("junk.db");
+    char bytes[8192];
+    random_bytes(bytes, sizeof bytes, 7);
+    write_file(junk, bytes, sizeof bytes);
+    r = RUN("export", "--gpu", "h200", "--db", junk, "--output", out);
+    expect_code(&r, EXIT_CACHE);
+    result_free(&r);
+    char *text = read_all(out, NULL);
+    ck_assert_str_eq(text, "-- the previous export\n");
+    free(text);
+
+    /* a cache with a row export cannot write: the same */
+    sqlite3 *s;
+    ck_assert_int_eq(sqlite3_open(db, &s), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(s, "UPDATE tune SET config = printf('%.500c', 'x') WHERE n = 32768", NULL, NULL,
+                                  NULL), SQLITE_OK);
+    sqlite3_close(s);
+    r = RUN("export", "--gpu", "h200", "--db", db, "--output", out);
+    expect_code(&r, EXIT_CACHE);
+    result_free(&r);
+    text = read_all(out, NULL);
+    ck_assert_str_eq(text, "-- the previous export\n");
+    free(text);
+
+    /* nothing but the file in its directory */
+    int n = 0;
+    DIR *d = opendir(tpath("out"));
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(n, 1);
+
+    /* a good export replaces it */
+    ck_assert_int_eq(sqlite3_open(db, &s), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(s, "DELETE FROM tune WHERE n = 32768", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(s);
+    r = RUN("export", "--gpu", "h200", "--db", db, "--output", out);
+    expect_code(&r, 0);
+    result_free(&r);
+    text = read_all(out, NULL);
+    ck_assert_msg(strstr(text, CFG_A) != NULL, "%s", text);
+    free(text);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------------------------- */
 
 static Suite *cli_suite(void)
@@ -1328,6 +1389,7 @@ static Suite *cli_suite(void)
         {"cache", 60, test_import_malformed},
         {"cache", 60, test_corrupt_db},
         {"cache", 60, test_foreign_and_truncated_db},
+        {"cache", 60, test_export_output_atomic},
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;

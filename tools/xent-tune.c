@@ -347,19 +347,68 @@ static int cmd_show(const cli *o) {
     return rc ? EXIT_CACHE : 0;
 }
 
+/* --output is written as a temporary file beside it and renamed into place,
+ * so a reader sees the old export or the whole new one, never a part; a
+ * failed export leaves the old file. A path that is not a regular file
+ * (/dev/stdout, a FIFO) cannot be replaced and is written directly. */
+typedef struct out_file {
+    FILE *f;
+    char tmp[4200];  /* "" when written directly */
+} out_file;
+
+static int open_output(const char *path, out_file *o) {
+    struct stat st;
+    o->tmp[0] = 0;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return (o->f = fopen(path, "w")) ? 0 : -1;
+    char target[4096];
+    /* a symbolic link is followed, so the file it names is the one replaced */
+    const char *real = realpath(path, target) ? target : path;
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.XXXXXX", real) >= (int)sizeof o->tmp) return errno = ENAMETOOLONG, -1;
+    int fd = mkstemp(o->tmp);
+    if (fd < 0) return o->tmp[0] = 0, -1;
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask); /* as fopen would have made it */
+    if (!(o->f = fdopen(fd, "w"))) {
+        close(fd);
+        unlink(o->tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Closes, then renames into place when ok; else removes the temporary.
+ * -1 (errno set) when what was to be written is not in place. */
+static int close_output(out_file *o, const char *path, int ok) {
+    int bad = fflush(o->f) != 0 || ferror(o->f);
+    if (!bad && ok && o->tmp[0]) bad = fsync(fileno(o->f)) != 0;
+    bad |= fclose(o->f) != 0;
+    if (!o->tmp[0]) return bad ? -1 : 0;
+    char target[4096];
+    const char *real = realpath(path, target) ? target : path;
+    if (ok && !bad && rename(o->tmp, real) == 0) return 0;
+    int err = errno;
+    unlink(o->tmp);
+    errno = err;
+    return -1;
+}
+
 static int cmd_export(const cli *o) {
     tc_db *db;
     int rc = open_db(o, 1, &db);
     if (rc) return rc;
-    FILE *out = o->output ? fopen(o->output, "w") : stdout;
-    if (!out) {
+    out_file out = {stdout, ""};
+    if (o->output && open_output(o->output, &out)) {
         fprintf(stderr, "%s: cannot write '%s': %s\n", prog, o->output, strerror(errno));
         tc_close(db);
         return EXIT_CACHE;
     }
-    rc = tc_export(db, o->gpu, out);
-    if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
-    if (out != stdout && fclose(out)) rc = XENT_ECACHE;
+    rc = tc_export(db, o->gpu, out.f);
+    if (rc) fprintf(stderr, "%s: %s%s\n", prog, tc_errmsg(db), o->output ? " (the output file is unchanged)" : "");
+    if (o->output && close_output(&out, o->output, !rc) && !rc) {
+        fprintf(stderr, "%s: cannot write '%s': %s\n", prog, o->output, strerror(errno));
+        rc = XENT_ECACHE;
+    }
     tc_close(db);
     return rc ? EXIT_CACHE : 0;
 }
