@@ -74,6 +74,32 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* What the next runs' children get besides the defaults: environment
+ * settings ("NAME=VALUE", or "NAME" to unset) and a file for stdout instead
+ * of the pipe. The fixture clears both before each test. */
+static const char *child_env[4];
+static const char *child_stdout;
+
+static void child_setup(void)
+{
+    for (size_t i = 0; i < sizeof child_env / sizeof child_env[0] && child_env[i]; i++) {
+        char name[64];
+        const char *eq = strchr(child_env[i], '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - child_env[i]) : 63, child_env[i]);
+        if (eq)
+            setenv(name, eq + 1, 1);
+        else
+            unsetenv(name);
+    }
+    if (child_stdout) {
+        int fd = open(child_stdout, O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            close(fd);
+        }
+    }
+}
+
 /* Runs the tool with args (NULL-terminated), stdin from /dev/null, stdout and
  * stderr captured; kills it after timeout_s. */
 static result run_argv(int timeout_s, const char *const *args)
@@ -113,6 +139,7 @@ static result run_argv(int timeout_s, const char *const *args)
         setenv("XENT_KERNEL_CACHE", kcache, 1);
         setenv("XENT_TUNECACHE", ucache, 1);
         unsetenv("POSIXLY_CORRECT");
+        child_setup();
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "check_cli: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -278,6 +305,8 @@ static char rundir[64];
 
 static void make_tmpdir(void)
 {
+    memset(child_env, 0, sizeof child_env);
+    child_stdout = NULL;
     snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", rundir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     ck_assert_msg(access(tool(), X_OK) == 0,
@@ -585,6 +614,22 @@ START_TEST(test_shapes_file_errors)
     write_text(bad, "8x8\n0x5"); /* no final newline */
     r = RUN("--dry-run", "-f", bad);
     expect_usage(&r, "bad shape '0x5'", NULL);
+    result_free(&r);
+
+    /* A line longer than the tool reads is an error naming it, not two lines. */
+    char line[400];
+    memset(line, ' ', sizeof line);
+    strcpy(line + 300, "8x8\n");
+    char text[512];
+    snprintf(text, sizeof text, "4x4\n%s", line);
+    write_text(bad, text);
+    r = RUN("--dry-run", "-f", bad);
+    expect_usage(&r, ":2: line longer than 255 characters", bad);
+    result_free(&r);
+
+    /* A directory is said to be one. */
+    r = RUN("--dry-run", "-f", tmpdir);
+    expect_usage(&r, "is a directory", tmpdir);
     result_free(&r);
 
     /* More shapes than the tool holds. */
@@ -1010,14 +1055,31 @@ static int show_has(const result *r, const char *gpu, int arch, int sms, long lo
 
 START_TEST(test_show_missing_db)
 {
+    /* No file yet (a fresh machine): an empty cache, said so. */
     const char *db = tpath("missing.db");
     result r = RUN("show", "--db", db);
-    expect_failure(&r, EXIT_CACHE, "xent-tune: tune cache ");
-    expect_in("stderr", r.err, db, &r);
-    expect_in("stderr", r.err, "cannot open", &r);
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    expect_in("stdout", r.out, db, &r);
     /* show is read-only: it did not create the file. */
     ck_assert(!exists(db));
     result_free(&r);
+    r = RUN("show", "--db", tpath("no/such/dir/t.db"));
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    result_free(&r);
+    /* the default path, from the environment, too */
+    child_env[0] = "XENT_TUNECACHE";
+    child_env[1] = "XDG_CACHE_HOME";
+    char home[600];
+    snprintf(home, sizeof home, "HOME=%s", tmpdir);
+    child_env[2] = home;
+    r = RUN("show");
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    expect_in("stdout", r.out, "/.cache/xent/tune.db", &r);
+    result_free(&r);
+    memset(child_env, 0, sizeof child_env);
 
     /* Nor does export. */
     r = RUN("export", "--gpu", "h200", "--db", db);
@@ -1355,6 +1417,57 @@ START_TEST(test_export_output_atomic)
 }
 END_TEST
 
+
+/* Output that cannot be written is a failure, with the reason. */
+START_TEST(test_stdout_write_error)
+{
+    const char *sql = tpath("all.sql"), *db = tpath("w.db");
+    library_export(sql);
+    result r = RUN("import", sql, "--db", db);
+    expect_code(&r, 0);
+    result_free(&r);
+    child_stdout = "/dev/full";
+    const char *const cmds[][6] = {
+        {"show", "--db", db, NULL},
+        {"export", "--gpu", "h200", "--db", db, NULL},
+        {"--dry-run", "--shape", "8x8", NULL},
+        {"--help", NULL},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        r = run_argv(QUICK_S, cmds[i]);
+        ck_assert_msg(r.code != 0, "%s: exit 0 with stdout on /dev/full", r.cmd);
+        expect_in("stderr", r.err, "xent-tune: ", &r);
+        expect_in("stderr", r.err, "No space left on device", &r);
+        result_free(&r);
+    }
+}
+END_TEST
+
+/* A cache path too long to use is named as such, with where it came from. */
+START_TEST(test_long_cache_path)
+{
+    static char env[5000], db[5000];
+    strcpy(env, "XENT_TUNECACHE=/");
+    memset(env + 16, 'a', 4200);
+    env[4216] = 0;
+    child_env[0] = env;
+    result r = RUN("show");
+    expect_failure(&r, EXIT_CACHE, "xent-tune: ");
+    expect_in("stderr", r.err, "XENT_TUNECACHE", &r);
+    expect_in("stderr", r.err, "too long", &r);
+    result_free(&r);
+    memset(child_env, 0, sizeof child_env);
+    memset(db, 'b', 4200);
+    db[0] = '/';
+    db[4200] = 0;
+    r = RUN("show", "--db", db);
+    expect_failure(&r, EXIT_CACHE, "xent-tune: ");
+    expect_in("stderr", r.err, "--db", &r);
+    expect_in("stderr", r.err, "too long", &r);
+    result_free(&r);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------------------------- */
 
 static Suite *cli_suite(void)
@@ -1390,6 +1503,8 @@ static Suite *cli_suite(void)
         {"cache", 60, test_corrupt_db},
         {"cache", 60, test_foreign_and_truncated_db},
         {"cache", 60, test_export_output_atomic},
+        {"cache", 60, test_stdout_write_error},
+        {"cache", 60, test_long_cache_path},
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;
