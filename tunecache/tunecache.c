@@ -185,6 +185,28 @@ static int check_tables(tc_db *db)
     return XENT_OK;
 }
 
+/* The first read (inspect) sees only the first page and the schema, so a
+ * file damaged further in would open and then fail every lookup, which the
+ * runtime takes for misses. Checking the winners' table and its index here
+ * (a few ms for thousands of rows; the trials are never read back) turns
+ * that into a refusal with the reason, which the runtime reports. */
+static int check_winners(tc_db *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = XENT_OK, s;
+    if (sqlite3_prepare_v2(db->sql, "PRAGMA quick_check(tune)", -1, &st, NULL) != SQLITE_OK)
+        return fail(db, XENT_ECACHE, "%s", sqlite3_errmsg(db->sql));
+    if ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *what = (const char *)sqlite3_column_text(st, 0);
+        if (!what || strcmp(what, "ok"))
+            rc = fail(db, XENT_ECACHE, "database disk image is malformed (%.200s)", what ? what : "?");
+    } else {
+        rc = fail(db, XENT_ECACHE, "%s", sqlite3_errmsg(db->sql));
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Nothing is written (not even the switch to WAL) until the file is known to
  * be a tune cache or an empty file of ours to create. */
 static int setup(tc_db *db, int readonly)
@@ -201,7 +223,7 @@ static int setup(tc_db *db, int readonly)
         return fail(db, XENT_ECACHE, "not a tune cache (user_version 0 and other tables)");
     if (version == 0 && readonly)
         return fail(db, XENT_ECACHE, "empty, and opened read-only");
-    if (version > 0 && (rc = check_tables(db)) != XENT_OK)
+    if (version > 0 && ((rc = check_tables(db)) != XENT_OK || (rc = check_winners(db)) != XENT_OK))
         return rc;
     if (!readonly && (rc = use_wal(db)) != XENT_OK)
         return rc;
