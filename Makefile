@@ -4,6 +4,10 @@ CUDA ?= /usr/local/cuda
 CC ?= gcc
 BUILD := build
 CFLAGS ?= -O2 -g
+# CFLAGS reach the link lines too, and LDFLAGS every link, so that a sanitizer
+# build is: make BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined'
+# LDFLAGS='-fsanitize=address,undefined'
+LDFLAGS ?=
 XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -pthread -Iinclude -I. -I$(CUDA)/include \
 	-DXENT_DATADIR='"$(PREFIX)/share/xent"'
 # The driver (libcuda.so.1) is dlopen'ed at run time, never linked.
@@ -45,22 +49,22 @@ $(BUILD)/templates.o: $(BUILD)/templates.c
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
 
 $(BUILD)/libxent.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ $(LIBS)
 
 $(BUILD)/libxent.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent.a
-	$(CC) -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The example uses the CUDA runtime like a training stack would; cudart_static
 # loads the driver itself, so this binary also starts without a GPU.
 $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
-	$(CC) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(XCFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
 
 # CPU suites: no GPU needed. Kernels compile into a throwaway cache.
 test: $(CPU_TESTS)
