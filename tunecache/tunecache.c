@@ -198,8 +198,11 @@ static int check_winners(tc_db *db)
         return fail(db, XENT_ECACHE, "%s", sqlite3_errmsg(db->sql));
     if ((s = sqlite3_step(st)) == SQLITE_ROW) {
         const char *what = (const char *)sqlite3_column_text(st, 0);
-        if (!what || strcmp(what, "ok"))
+        if (!what || strcmp(what, "ok")) {
             rc = fail(db, XENT_ECACHE, "database disk image is malformed (%.200s)", what ? what : "?");
+            for (char *nl = db->err; (nl = strchr(nl, '\n'));) /* one line, for logs and notes */
+                *nl = ' ';
+        }
     } else {
         rc = fail(db, XENT_ECACHE, "%s", sqlite3_errmsg(db->sql));
     }
