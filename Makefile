@@ -70,14 +70,14 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 # runs two at once), compiling kernels into a throwaway cache of its own, its
 # output kept in a log and printed whole so that parallel suites do not
 # interleave. The slowest suites come first, so a parallel run ends sooner.
-CPU_ORDER := check_cli check_compile check_space check_reference check_tunecache check_api
+CPU_ORDER := check_compile check_cli check_space check_reference check_tunecache check_api
 CPU_SUITES := $(notdir $(CPU_TESTS))
 CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
 test: $(CPU_RUNS)
 $(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune
-	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; \
+	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; t0=$$(date +%s); \
 	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune $< > $$log 2>&1; rc=$$?; \
-	echo "== $<"; cat $$log; rm -rf $$d; exit $$rc
+	echo "== $< ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
 
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.
 test-gpu: $(GPU_TESTS) $(TOOLS)
