@@ -4,6 +4,10 @@ CUDA ?= /usr/local/cuda
 CC ?= gcc
 BUILD := build
 CFLAGS ?= -O2 -g
+# CFLAGS reach the link lines too, and LDFLAGS every link, so that a sanitizer
+# build is: make BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined'
+# LDFLAGS='-fsanitize=address,undefined'
+LDFLAGS ?=
 XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -pthread -Iinclude -I. -I$(CUDA)/include \
 	-DXENT_DATADIR='"$(PREFIX)/share/xent"'
 # The driver (libcuda.so.1) is dlopen'ed at run time, never linked.
@@ -18,7 +22,7 @@ CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
-.PHONY: all test test-gpu install clean FORCE
+.PHONY: all test test-gpu install clean FORCE $(CPU_RUNS)
 all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS) $(BUILD)/COMMIT
 
 $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
@@ -45,27 +49,35 @@ $(BUILD)/templates.o: $(BUILD)/templates.c
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
 
 $(BUILD)/libxent.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ $(LIBS)
 
 $(BUILD)/libxent.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent.a
-	$(CC) -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The example uses the CUDA runtime like a training stack would; cudart_static
 # loads the driver itself, so this binary also starts without a GPU.
 $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
-	$(CC) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(XCFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
 
-# CPU suites: no GPU needed. Kernels compile into a throwaway cache.
-test: $(CPU_TESTS)
-	@set -e; export XENT_KERNEL_CACHE=$$(mktemp -d); \
-	for t in $(CPU_TESTS); do echo "== $$t"; $$t; done; rm -rf $$XENT_KERNEL_CACHE
+# CPU suites: no GPU needed. Each suite is a target of its own (make -j2 test
+# runs two at once), compiling kernels into a throwaway cache of its own, its
+# output kept in a log and printed whole so that parallel suites do not
+# interleave. The slowest suites come first, so a parallel run ends sooner.
+CPU_ORDER := check_compile check_cli check_space check_reference check_tunecache check_api
+CPU_SUITES := $(notdir $(CPU_TESTS))
+CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
+test: $(CPU_RUNS)
+$(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune
+	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; t0=$$(date +%s); \
+	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune $< > $$log 2>&1; rc=$$?; \
+	echo "== $< ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
 
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.
 test-gpu: $(GPU_TESTS) $(TOOLS)

@@ -45,7 +45,9 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 /* The most dynamic shared memory a block may opt in to on sm_90 (227 KB),
  * less room for the template's static shared memory. */
 #define MAX_ASYNC_BYTES (224 * 1024)
-/* Row partials beyond this many (rows x segments) make the workspace large. */
+/* Split rows keep per-row arrivals, partials and results in the workspace
+ * (xent_launch_shape): beyond this many rows x segments it grows large.
+ * Unsplit rows keep nothing per row, so no row count is refused for them. */
 #define MAX_SPLIT_ITEMS (1L << 22)
 /* Block sizes the space offers to teams within a warp. */
 #define MIN_WARP_TEAM_BLOCK 128
@@ -342,7 +344,8 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     /* the stride test first: it keeps xent_config_smem from overflowing */
     if (cfg->tile && (stride > MAX_TILE_BYTES || xent_config_smem(cfg, p) > MAX_TILE_BYTES))
         return refuse(why, len, "TILE: 32 rows of this stride per warp exceed 48 KB of shared memory");
-    if (p->n * cfg->split > MAX_SPLIT_ITEMS)
+    /* divided, not multiplied: the problem may not have been checked yet */
+    if (cfg->split > 1 && p->n > MAX_SPLIT_ITEMS / cfg->split)
         return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");
     /* Under PERSIST=2 which rows a block sums varies from run to run; split rows
      * are summed in row order whatever the schedule, unsplit ones are not. */
@@ -415,6 +418,6 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     }
     cfg->tpr = cfg->block = 512;
     cfg->items = chunk_limit(512) / cfg->vec;
-    while (cfg->split < 128 && p->n * cfg->split * 2 <= sm_count && nv / (cfg->split * 2) >= 4L * cfg->tpr)
+    while (cfg->split < 128 && p->n <= sm_count / (cfg->split * 2) && nv / (cfg->split * 2) >= 4L * cfg->tpr)
         cfg->split *= 2;
 }

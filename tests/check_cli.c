@@ -14,6 +14,7 @@
 #include "xent.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,32 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* What the next runs' children get besides the defaults: environment
+ * settings ("NAME=VALUE", or "NAME" to unset) and a file for stdout instead
+ * of the pipe. The fixture clears both before each test. */
+static const char *child_env[4];
+static const char *child_stdout;
+
+static void child_setup(void)
+{
+    for (size_t i = 0; i < sizeof child_env / sizeof child_env[0] && child_env[i]; i++) {
+        char name[64];
+        const char *eq = strchr(child_env[i], '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - child_env[i]) : 63, child_env[i]);
+        if (eq)
+            setenv(name, eq + 1, 1);
+        else
+            unsetenv(name);
+    }
+    if (child_stdout) {
+        int fd = open(child_stdout, O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            close(fd);
+        }
+    }
+}
+
 /* Runs the tool with args (NULL-terminated), stdin from /dev/null, stdout and
  * stderr captured; kills it after timeout_s. */
 static result run_argv(int timeout_s, const char *const *args)
@@ -112,6 +139,7 @@ static result run_argv(int timeout_s, const char *const *args)
         setenv("XENT_KERNEL_CACHE", kcache, 1);
         setenv("XENT_TUNECACHE", ucache, 1);
         unsetenv("POSIXLY_CORRECT");
+        child_setup();
         execv(argv[0], (char *const *)argv);
         fprintf(stderr, "check_cli: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -277,6 +305,8 @@ static char rundir[64];
 
 static void make_tmpdir(void)
 {
+    memset(child_env, 0, sizeof child_env);
+    child_stdout = NULL;
     snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", rundir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     ck_assert_msg(access(tool(), X_OK) == 0,
@@ -411,6 +441,10 @@ START_TEST(test_bad_shapes)
     }
     /* A bad shape after good ones still fails. */
     USAGE("bad shape '5x0'", NULL, "--dry-run", "-s", "8x8", "-s", "5x0");
+    /* Well-formed, but a problem the library refuses: its reason, before any arithmetic on it. */
+    USAGE("shape 9223372036854775807x2: n * row_stride is too large", NULL, "--dry-run", "--shape",
+          "9223372036854775807x2");
+    USAGE("n * row_stride is too large", NULL, "--compile-only", "-s", "8x8", "-s", "72057594037927936x1");
 
     /* The edges that are legal: C = 2^31-1, and an upper-case X. */
     result r = RUN("--dry-run", "--shape", "1x2147483647");
@@ -580,6 +614,22 @@ START_TEST(test_shapes_file_errors)
     write_text(bad, "8x8\n0x5"); /* no final newline */
     r = RUN("--dry-run", "-f", bad);
     expect_usage(&r, "bad shape '0x5'", NULL);
+    result_free(&r);
+
+    /* A line longer than the tool reads is an error naming it, not two lines. */
+    char line[400];
+    memset(line, ' ', sizeof line);
+    strcpy(line + 300, "8x8\n");
+    char text[512];
+    snprintf(text, sizeof text, "4x4\n%s", line);
+    write_text(bad, text);
+    r = RUN("--dry-run", "-f", bad);
+    expect_usage(&r, ":2: line longer than 255 characters", bad);
+    result_free(&r);
+
+    /* A directory is said to be one. */
+    r = RUN("--dry-run", "-f", tmpdir);
+    expect_usage(&r, "is a directory", tmpdir);
     result_free(&r);
 
     /* More shapes than the tool holds. */
@@ -926,9 +976,10 @@ static tc_entry mkentry(const char *config, double us, double gbps)
     return e;
 }
 
-#define CFG_A "VEC=8 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 SPLIT=1 PERSIST=0"
-#define CFG_B "VEC=8 TPR=1024 BLOCK=1024 ITEMS=4 PASSES=1 CACHE=2 SPLIT=1 PERSIST=1"
-#define CFG_C "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=4 PERSIST=0"
+/* Configs the library parses, legal for the dtype of their rows (bf16; CFG_C fp32 too). */
+#define CFG_A "VEC=8 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=0"
+#define CFG_B "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"
+#define CFG_C "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0"
 
 /* An export made by the library: two h200 winners and one a100 winner. */
 static void library_export(const char *sql_path)
@@ -1004,14 +1055,31 @@ static int show_has(const result *r, const char *gpu, int arch, int sms, long lo
 
 START_TEST(test_show_missing_db)
 {
+    /* No file yet (a fresh machine): an empty cache, said so. */
     const char *db = tpath("missing.db");
     result r = RUN("show", "--db", db);
-    expect_failure(&r, EXIT_CACHE, "xent-tune: tune cache ");
-    expect_in("stderr", r.err, db, &r);
-    expect_in("stderr", r.err, "cannot open", &r);
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    expect_in("stdout", r.out, db, &r);
     /* show is read-only: it did not create the file. */
     ck_assert(!exists(db));
     result_free(&r);
+    r = RUN("show", "--db", tpath("no/such/dir/t.db"));
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    result_free(&r);
+    /* the default path, from the environment, too */
+    child_env[0] = "XENT_TUNECACHE";
+    child_env[1] = "XDG_CACHE_HOME";
+    char home[600];
+    snprintf(home, sizeof home, "HOME=%s", tmpdir);
+    child_env[2] = home;
+    r = RUN("show");
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "0 entries (no tune cache at ", &r);
+    expect_in("stdout", r.out, "/.cache/xent/tune.db", &r);
+    result_free(&r);
+    memset(child_env, 0, sizeof child_env);
 
     /* Nor does export. */
     r = RUN("export", "--gpu", "h200", "--db", db);
@@ -1166,12 +1234,12 @@ START_TEST(test_import_malformed)
     static const char *const malformed[] = {
         "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction, options, n, c, "
         "template_version, config, us, gbps, measured_at, settings) VALUES('h200', 90, 132, 'xent_fwd', 2, 1, 2, 0, "
-        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
+        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
         "INSERT INTO tune VALUES('h200', 90, oops\n",
         /* Right syntax, but a statement that is not an INSERT into tune. */
         "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction, options, n, c, "
         "template_version, config, us, gbps, measured_at, settings) VALUES('h200', 90, 132, 'xent_fwd', 2, 1, 2, 0, "
-        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
+        "8, 8, 1, 'VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0', 3.5, 1.0, 1, '');\n"
         "DELETE FROM tune;\n",
         "DROP TABLE tune;\n",
         /* A NOT NULL column missing. */
@@ -1289,6 +1357,117 @@ START_TEST(test_foreign_and_truncated_db)
 }
 END_TEST
 
+
+/* export --output replaces the file whole or not at all: a failed export
+ * leaves the old file and no temporary beside it. */
+START_TEST(test_export_output_atomic)
+{
+    const char *sql = tpath("all.sql"), *db = tpath("x.db"), *out = tpath("out/h200.sql");
+    library_export(sql);
+    result r = RUN("import", sql, "--db", db);
+    expect_code(&r, 0);
+    result_free(&r);
+    ck_assert_int_eq(mkdir(tpath("out"), 0755), 0);
+    write_text(out, "-- the previous export\n");
+
+    /* a cache that cannot be read: the export fails, the old file stays */
+    const char *junk = tpath("junk.db");
+    char bytes[8192];
+    random_bytes(bytes, sizeof bytes, 7);
+    write_file(junk, bytes, sizeof bytes);
+    r = RUN("export", "--gpu", "h200", "--db", junk, "--output", out);
+    expect_code(&r, EXIT_CACHE);
+    result_free(&r);
+    char *text = read_all(out, NULL);
+    ck_assert_str_eq(text, "-- the previous export\n");
+    free(text);
+
+    /* a cache with a row export cannot write: the same */
+    sqlite3 *s;
+    ck_assert_int_eq(sqlite3_open(db, &s), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(s, "UPDATE tune SET config = printf('%.500c', 'x') WHERE n = 32768", NULL, NULL,
+                                  NULL), SQLITE_OK);
+    sqlite3_close(s);
+    r = RUN("export", "--gpu", "h200", "--db", db, "--output", out);
+    expect_code(&r, EXIT_CACHE);
+    result_free(&r);
+    text = read_all(out, NULL);
+    ck_assert_str_eq(text, "-- the previous export\n");
+    free(text);
+
+    /* nothing but the file in its directory */
+    int n = 0;
+    DIR *d = opendir(tpath("out"));
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(n, 1);
+
+    /* a good export replaces it */
+    ck_assert_int_eq(sqlite3_open(db, &s), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(s, "DELETE FROM tune WHERE n = 32768", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(s);
+    r = RUN("export", "--gpu", "h200", "--db", db, "--output", out);
+    expect_code(&r, 0);
+    result_free(&r);
+    text = read_all(out, NULL);
+    ck_assert_msg(strstr(text, CFG_A) != NULL, "%s", text);
+    free(text);
+}
+END_TEST
+
+
+/* Output that cannot be written is a failure, with the reason. */
+START_TEST(test_stdout_write_error)
+{
+    const char *sql = tpath("all.sql"), *db = tpath("w.db");
+    library_export(sql);
+    result r = RUN("import", sql, "--db", db);
+    expect_code(&r, 0);
+    result_free(&r);
+    child_stdout = "/dev/full";
+    const char *const cmds[][6] = {
+        {"show", "--db", db, NULL},
+        {"export", "--gpu", "h200", "--db", db, NULL},
+        {"--dry-run", "--shape", "8x8", NULL},
+        {"--help", NULL},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        r = run_argv(QUICK_S, cmds[i]);
+        ck_assert_msg(r.code != 0, "%s: exit 0 with stdout on /dev/full", r.cmd);
+        expect_in("stderr", r.err, "xent-tune: ", &r);
+        expect_in("stderr", r.err, "No space left on device", &r);
+        result_free(&r);
+    }
+}
+END_TEST
+
+/* A cache path too long to use is named as such, with where it came from. */
+START_TEST(test_long_cache_path)
+{
+    static char env[5000], db[5000];
+    strcpy(env, "XENT_TUNECACHE=/");
+    memset(env + 16, 'a', 4200);
+    env[4216] = 0;
+    child_env[0] = env;
+    result r = RUN("show");
+    expect_failure(&r, EXIT_CACHE, "xent-tune: ");
+    expect_in("stderr", r.err, "XENT_TUNECACHE", &r);
+    expect_in("stderr", r.err, "too long", &r);
+    result_free(&r);
+    memset(child_env, 0, sizeof child_env);
+    memset(db, 'b', 4200);
+    db[0] = '/';
+    db[4200] = 0;
+    r = RUN("show", "--db", db);
+    expect_failure(&r, EXIT_CACHE, "xent-tune: ");
+    expect_in("stderr", r.err, "--db", &r);
+    expect_in("stderr", r.err, "too long", &r);
+    result_free(&r);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------------------------- */
 
 static Suite *cli_suite(void)
@@ -1323,6 +1502,9 @@ static Suite *cli_suite(void)
         {"cache", 60, test_import_malformed},
         {"cache", 60, test_corrupt_db},
         {"cache", 60, test_foreign_and_truncated_db},
+        {"cache", 60, test_export_output_atomic},
+        {"cache", 60, test_stdout_write_error},
+        {"cache", 60, test_long_cache_path},
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;

@@ -1,6 +1,7 @@
 /* check_space — the config space table, constraints, text form, heuristic,
  * and rendering of every configuration in the space. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +410,46 @@ START_TEST(defines_follow_the_problem) {
 }
 END_TEST
 
+
+/* Only split rows need the per-row workspace: unsplit configs fit however many
+ * rows there are, the tuner lists candidates and the heuristic's config fits. */
+START_TEST(many_rows_fit_unsplit) {
+    static const struct { long long n, c; } shapes[] = {
+        {4194305, 10}, {8388608, 10}, {16777216, 128}, {1LL << 30, 64}, {INT64_MAX / 128 / 2, 2},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int di = 0; di < 3; di++) {
+            xent_problem p;
+            xent_config c;
+            char why[160] = "";
+            xent_problem_init(&p, shapes[i].n, shapes[i].c);
+            p.logits = dtypes[di];
+            ck_assert_int_eq(xent_problem_check(&p, why, sizeof why), XENT_OK);
+            xent_config_heuristic(&p, 132, &c);
+            ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%lldx%lld heuristic: %s", shapes[i].n,
+                          shapes[i].c, why);
+            size_t n;
+            xent_config *rel = enumerate_all(dtypes[di], &p, &n);
+            ck_assert_msg(n > 0, "%lldx%lld: no candidates", shapes[i].n, shapes[i].c);
+            for (size_t k = 0; k < n; k++) ck_assert(xent_config_fits(&rel[k], &p, NULL, 0));
+            free(rel);
+        }
+    /* split rows still stop at the workspace limit, without overflowing on the way */
+    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0, 0};
+    xent_problem p;
+    char why[160] = "";
+    xent_problem_init(&p, 1 << 21, 4096);
+    ck_assert(xent_config_fits(&c, &p, NULL, 0));
+    p.n = (1 << 21) + 1;
+    ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "SPLIT"));
+    p.n = INT64_MAX;
+    ck_assert(!xent_config_fits(&c, &p, NULL, 0));
+    c.split = 1;
+    ck_assert(xent_config_fits(&c, &p, NULL, 0));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("space");
     TCase *tc = tcase_create("space");
@@ -427,6 +468,7 @@ int main(void) {
     tcase_add_test(tc, defines_follow_the_problem);
     tcase_add_test(tc, dynamic_schedule_keeps_sums_reproducible);
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
+    tcase_add_test(tc, many_rows_fit_unsplit);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

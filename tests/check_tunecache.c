@@ -23,6 +23,8 @@
 #define TC_STR_(x) #x
 #define TC_STR(x) TC_STR_(x)
 #define TC_SCHEMA_VERSION_NEXT 3
+/* A configuration the library parses and that is legal for every dtype. */
+#define CFG "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
 
 /* ---- fixtures --------------------------------------------------------- */
 
@@ -281,6 +283,44 @@ START_TEST(test_open_bad_args)
     ck_assert_int_ne(err[0], '\0');
     ck_assert_int_eq(tc_open("", 0, &db, NULL, 0), XENT_EINVAL);
     ck_assert_int_eq(tc_open(":memory:", 0, NULL, NULL, 0), XENT_EINVAL);
+}
+END_TEST
+
+
+/* A file damaged past its first pages opens as it did before the damage
+ * unless opening reads the winners: it is refused there, with the reason, so
+ * the runtime's note (docs/cache.md) says why the cache was skipped instead
+ * of every lookup quietly failing. */
+START_TEST(test_damaged_mid_file)
+{
+    const char *p = tpath("mid.db");
+    tc_db *db = open_ok(p);
+    for (int i = 1; i <= 600; i++) {
+        tc_key k = mkkey(i, 4096);
+        tc_entry e = mkentry(CFG, i);
+        snprintf(e.settings, sizeof e.settings, "budget=30 reps=50 row %d of a cache long enough for many pages", i);
+        ck_assert_int_eq(tc_put(db, &k, &e), XENT_OK);
+    }
+    tc_close(db);
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_gt(st.st_size, 16 * 4096);
+    char junk[3 * 4096];
+    srand(5);
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (char)rand();
+    FILE *f = fopen(p, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, st.st_size / 4096 / 2 * 4096, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(junk, 1, sizeof junk, f), sizeof junk);
+    ck_assert_int_eq(fclose(f), 0);
+    for (int ro = 1; ro >= 0; ro--) {
+        char err[512] = "";
+        db = NULL;
+        ck_assert_int_eq(tc_open(p, ro, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_ptr_null(db);
+        ck_assert_msg(strstr(err, p) && strstr(err, "malformed"), "err: %s", err);
+    }
 }
 END_TEST
 
@@ -719,16 +759,16 @@ END_TEST
     "PRAGMA user_version = 1;"
 
 /* What a schema 1 export line looks like: no stamps. */
-#define INS(n, cfg) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
+#define INS_V1(n, note) "INSERT INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
     " options, n, c, template_version, config, us, gbps, measured_at, settings) VALUES('h200'," \
-    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" cfg "', 1.5, 2.5, 1700000000, '');\n"
+    " 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" CFG "', 1.5, 2.5, 1700000000, '" note "');\n"
 
 /* A schema 1 file is read as unstamped read-only (the runtime's way, which
  * cannot write it) and migrated when opened for writing. */
 START_TEST(test_schema1_file)
 {
     const char *p = tpath("v1.db");
-    raw_exec(p, V1_SCHEMA INS(10, "OLD"));
+    raw_exec(p, V1_SCHEMA INS_V1(10, "OLD"));
     tc_key k = mkkey(10, 64);
     k.logits = 0, k.targets = 1, k.reduction = 1;
     tc_entry e;
@@ -736,7 +776,7 @@ START_TEST(test_schema1_file)
     char err[256] = "";
     ck_assert_msg(tc_open(p, 1, &db, err, sizeof err) == XENT_OK, "%s", err);
     ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
-    ck_assert_str_eq(e.config, "OLD");
+    ck_assert_str_eq(e.settings, "OLD");
     ck_assert_str_eq(e.template_hash, "");
     ck_assert(tc_stale(&k, &e, NULL, 0));
     tc_close(db);
@@ -744,7 +784,7 @@ START_TEST(test_schema1_file)
 
     db = open_ok(p);
     ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
-    ck_assert_str_eq(e.config, "OLD");
+    ck_assert_str_eq(e.settings, "OLD");
     ck_assert_int_eq(e.nvrtc, 0);
     ck_assert_int_eq(tc_add_trial(db, &k, "T", 1.0, 1.0, "ok"), XENT_OK);
     put_key(db, &k, "NEW");
@@ -769,8 +809,8 @@ START_TEST(test_schema1_text_and_stamp)
 {
     tc_db *db = open_ok(":memory:");
     int rows = -1;
-    ck_assert_int_eq(tc_import(db, "-- xent tune cache export, schema 1, gpu h200\n" INS(5, "X")
-                                   INS(6, "Y"), &rows), XENT_OK);
+    ck_assert_int_eq(tc_import(db, "-- xent tune cache export, schema 1, gpu h200\n" INS_V1(5, "X")
+                                   INS_V1(6, "Y"), &rows), XENT_OK);
     ck_assert_int_eq(rows, 2);
     tc_key k = mkkey(5, 64), other = mkkey(7, 64);
     k.logits = 0, k.targets = 1, k.reduction = 1;
@@ -872,18 +912,21 @@ static double random_double(void)
 
 static void fill_awkward(tc_db *db)
 {
-    const char *configs[] = { "VEC=4 TPR=32", "it's \"quoted\"", "semi;colon -- not a comment",
-                              "/* not a comment */", "ünïcødé ✓", "" };
+    /* import reads back only configs the library parses, so the awkward text is in settings */
+    const char *configs[] = { CFG, "VEC=2 TPR=1 BLOCK=128 ITEMS=8 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0",
+                              "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=4 PERSIST=3" };
+    const char *notes[] = { "it's \"quoted\"", "semi;colon -- not a comment", "/* not a comment */",
+                            "ünïcødé ✓", "" };
     srand(7);
     for (int i = 0; i < 200; i++) {
         tc_key k = mkkey(1 + rand() % 1000000, 2 + rand() % 262144);
         k.logits = i % 3;
         if (i % 5 == 0)
             strcpy(k.gpu, "h100");
-        tc_entry e = mkentry(configs[i % 6], measured_double());
+        tc_entry e = mkentry(configs[i % 3], measured_double());
         e.gbps = measured_double();
         e.when = 1700000000 + i;
-        snprintf(e.settings, sizeof e.settings, "budget=%d note='x'", i);
+        snprintf(e.settings, sizeof e.settings, "budget=%d note='x' %s", i, notes[i % 5]);
         ck_assert_int_eq(tc_put(db, &k, &e), XENT_OK);
     }
 }
@@ -980,7 +1023,7 @@ START_TEST(test_export_exact_doubles)
     srand(11);
     for (int i = 0; i < 300; i++) {
         tc_key k = mkkey(i + 1, 64);
-        tc_entry e = mkentry("R", random_double());
+        tc_entry e = mkentry(CFG, random_double());
         e.gbps = random_double();
         ck_assert_int_eq(tc_put(a, &k, &e), XENT_OK);
     }
@@ -1018,7 +1061,7 @@ START_TEST(test_export_gpu_filter)
 
     /* A measured value is written as measured, not as 118.25299999999999. */
     tc_db *m = open_ok(":memory:");
-    put_ok(m, 7, 7, "M", 118.253);
+    put_ok(m, 7, 7, CFG, 118.253);
     char *text = export_str(m, NULL);
     ck_assert_msg(strstr(text, ", 118.253, 4118.253, "), "export: %s", text);
     free(text);
@@ -1029,13 +1072,24 @@ START_TEST(test_export_gpu_filter)
 }
 END_TEST
 
+#define INS_COLS "INSERT OR REPLACE INTO tune(gpu, arch, sm_count, family, logits, targets, reduction," \
+    " options, n, c, template_version, config, us, gbps, measured_at, settings) "
+/* A good row; `note` (its settings) tells rows apart. */
+#define INS(n, note) INS_COLS "VALUES('h200', 90, 132, 'xent_fwd', 0, 1, 1, 0, " #n ", 64, 1, '" CFG \
+    "', 1.5, 2.5, 1700000000, '" note "');\n"
+/* A row for the key of the store's EXISTING entry (1x1), given as SQL values
+ * from the gpu to the logits, then from n to the settings. */
+#define ROW(head, tail) INS_COLS "VALUES(" head ", 1, 1, 0, " tail ");\n"
+#define GOOD_HEAD "'h200', 90, 132, 'xent_fwd', 0"
+#define GOOD_TAIL(cfg, us, gbps) "1, 1, 1, " cfg ", " us ", " gbps ", 1700000000, ''"
+
 /* Each bad text carries good inserts before the bad part, so a missing
  * rollback would show up as extra rows. */
 static void assert_import_refused(const char *text, const char *want_in_err)
 {
     const char *p = tpath("imp.db");
     tc_db *db = open_ok(p);
-    put_ok(db, 1, 1, "EXISTING", 1.0);
+    put_ok(db, 1, 1, CFG, 1.0);
     char *before = export_str(db, NULL);
     int rows = -1;
     ck_assert_int_eq(tc_import(db, text, &rows), XENT_ECACHE);
@@ -1045,7 +1099,7 @@ static void assert_import_refused(const char *text, const char *want_in_err)
     char *after = export_str(db, NULL);
     assert_same_text(before, after);
     /* The store is still writable: no transaction or authorizer left behind. */
-    put_ok(db, 2, 2, "LATER", 1.0);
+    put_ok(db, 2, 2, CFG, 1.0);
     tc_close(db);
     ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM tune"), 2);
     ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM trial"), 0);
@@ -1136,6 +1190,90 @@ START_TEST(test_import_file)
     ck_assert_int_eq(count_rows(b), 200);
     tc_close(a);
     tc_close(b);
+}
+END_TEST
+
+
+/* Rows are read back as the runtime reads them: each value of the right type
+ * and range, the config parsed and legal for the row's dtype. A row that is
+ * not replaces nothing. */
+START_TEST(test_import_validates_values)
+{
+    static char long_config[5100];
+    memset(long_config, 0, sizeof long_config);
+    strcpy(long_config, "'" CFG);
+    for (size_t i = strlen(long_config); i < 5000; i++)
+        long_config[i] = ' ';
+    strcat(long_config, "'");
+    static char long_row[6000];
+    snprintf(long_row, sizeof long_row, ROW(GOOD_HEAD, "1, 1, 1, %s, 1.5, 2.5, 1700000000, ''"), long_config);
+    const struct { const char *row, *why; } bad[] = {
+        { ROW(GOOD_HEAD, GOOD_TAIL("'this is not a config'", "1.5", "2.5")), "config" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'VEC=8 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1'",
+                                   "1.5", "2.5")), "not legal" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "-1e308", "2.5")), "us" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "1e999", "2.5")), "us" },
+        { ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "1.5", "'abc'")), "gbps" },
+        { long_row, "config" },
+        { ROW(GOOD_HEAD, "'abc', 1, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "n" },
+        { ROW(GOOD_HEAD, "0, 1, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "n" },
+        { ROW(GOOD_HEAD, "1, 2147483648, 1, '" CFG "', 1.5, 2.5, 1700000000, ''"), "c" },
+        { ROW(GOOD_HEAD, "1, 1, 1, '" CFG "', 1.5, 2.5, 'soon', ''"), "measured_at" },
+        { ROW("'h200', 90, 132, 'xent_fwd', 7", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "logits" },
+        { ROW("'', 90, 132, 'xent_fwd', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "gpu" },
+        { ROW("'h200', 90.5, 132, 'xent_fwd', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "arch" },
+        { ROW("'h200', 90, 132, x'00', 0", GOOD_TAIL("'" CFG "'", "1.5", "2.5")), "family" },
+    };
+    static char text[8192];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s%s", INS(10, "A"), bad[i].row, INS(11, "B"));
+        assert_import_refused(text, bad[i].why);
+    }
+    /* the same row with good values replaces the winner */
+    tc_db *db = open_ok(":memory:");
+    put_ok(db, 1, 1, CFG, 1.0);
+    ck_assert_int_eq(tc_import(db, ROW(GOOD_HEAD, GOOD_TAIL("'" CFG "'", "0.5", "2.5")), NULL), XENT_OK);
+    tc_key k = mkkey(1, 1);
+    tc_entry e;
+    ck_assert_int_eq(tc_get(db, &k, &e), XENT_OK);
+    ck_assert(e.us == 0.5);
+    tc_close(db);
+}
+END_TEST
+
+/* A small text whose statement runs for ever is stopped, and changes nothing. */
+START_TEST(test_import_bounded_work)
+{
+    assert_import_refused(INS(10, "A")
+                          "WITH t(x) AS (VALUES(1),(2),(3),(4),(5),(6),(7),(8),(9),(10)) " INS_COLS
+                          "SELECT 'h200', 90, 132, 'xent_fwd', 0, 1, 1, 0, a.x, 64, 1, '" CFG "', 1.5, 2.5, 1, ''"
+                          " FROM t a, t b, t c, t d, t e, t f, t g, t h, t i, t j, t k, t l"
+                          " WHERE a.x + b.x + c.x + d.x + e.x + f.x + g.x + h.x + i.x + j.x + k.x + l.x = 0;\n",
+                          "work");
+}
+END_TEST
+
+/* Only regular files of a bounded size are read: a device or a FIFO would
+ * never end, a huge file would be read whole into memory. */
+START_TEST(test_import_file_bounds)
+{
+    tc_db *db = open_ok(tpath("b.db"));
+    int rows = -1;
+    ck_assert_int_eq(tc_import_file(db, "/dev/zero", &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
+    ck_assert_int_eq(tc_import_file(db, tpath("fifo"), &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(tc_import_file(db, tmpdir, &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    const char *big = tpath("big.sql");
+    write_file(big, INS(1, "A"), strlen(INS(1, "A")));
+    ck_assert_int_eq(truncate(big, 64L << 20), 0); /* sparse: no disk, and refused before reading */
+    ck_assert_int_eq(tc_import_file(db, big, &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "more than"), "%s", tc_errmsg(db));
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(count_rows(db), 0);
+    tc_close(db);
 }
 END_TEST
 
@@ -1234,6 +1372,105 @@ START_TEST(test_concurrent_create)
 }
 END_TEST
 
+
+/* ---- files this process may not write --------------------------------------- */
+
+/* A child that cannot write what root's tests made: the unprivileged user when
+ * run as root (root writes through any mode), else this user. */
+static void become_reader(void)
+{
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        _exit(90);
+}
+
+/* In a child as a reader: opens path read-only and counts its rows; the exit
+ * status is the count, or 100 + the open's status. */
+static int reader_count(const char *path)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        become_reader();
+        tc_db *db = NULL;
+        char err[512];
+        int rc = tc_open(path, 1, &db, err, sizeof err);
+        if (rc != XENT_OK) {
+            fprintf(stderr, "reader: %s\n", err);
+            _exit(100 + rc);
+        }
+        int n = 0;
+        visit_state v = { 0, 0, 1, -1 };
+        rc = tc_foreach(db, NULL, visit, &v);
+        n = v.count;
+        if (rc != XENT_OK)
+            fprintf(stderr, "reader: %s\n", tc_errmsg(db));
+        tc_close(db);
+        _exit(rc == XENT_OK ? n : 100 + rc);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* A WAL cache of three rows at dir/name, made by this (writing) process. */
+static const char *make_cache(const char *dir, const char *name)
+{
+    static char p[512];
+    ck_assert_int_eq(mkdir(tpath(dir), 0755), 0);
+    snprintf(p, sizeof p, "%s/%s", tpath(dir), name);
+    tc_db *db = open_ok(p);
+    put_ok(db, 1, 10, CFG, 1.0);
+    put_ok(db, 2, 10, CFG, 2.0);
+    put_ok(db, 3, 10, CFG, 3.0);
+    tc_close(db);
+    return p;
+}
+
+static int has_journal_files(const char *path)
+{
+    char w[600], s[600];
+    snprintf(w, sizeof w, "%s-wal", path);
+    snprintf(s, sizeof s, "%s-shm", path);
+    return access(w, F_OK) == 0 || access(s, F_OK) == 0;
+}
+
+START_TEST(test_readonly_places)
+{
+    ck_assert_int_eq(chmod(tmpdir, 0755), 0);
+    /* A directory the reader cannot write: no -shm can be made there. */
+    const char *p = make_cache("rodir", "t.db");
+    ck_assert_int_eq(chmod(tpath("rodir"), 0555), 0);
+    ck_assert_int_eq(reader_count(p), 3);
+    ck_assert(!has_journal_files(p));
+    /* A file the reader cannot write, in a directory it can: nothing left beside it. */
+    p = make_cache("rofile", "t.db");
+    ck_assert_int_eq(chmod(tpath("rofile"), 0777), 0);
+    ck_assert_int_eq(chmod(p, 0444), 0);
+    ck_assert_int_eq(reader_count(p), 3);
+    ck_assert_msg(!has_journal_files(p), "a read-only open left -wal or -shm beside %s", p);
+    chmod(tpath("rodir"), 0755);
+}
+END_TEST
+
+/* A foreign file that claims our schema version is refused before anything is
+ * written to it: its journal mode stays its own. */
+START_TEST(test_foreign_v1_untouched)
+{
+    const char *p = tpath("foreign1.db");
+    raw_exec(p, "CREATE TABLE notes(x); PRAGMA user_version = 1");
+    for (int ro = 0; ro <= 1; ro++) {
+        tc_db *db = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(tc_open(p, ro, &db, err, sizeof err), XENT_ECACHE);
+        ck_assert_msg(strstr(err, "not a tune cache"), "err: %s", err);
+        ck_assert_int_eq(raw_int(p, "SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'delete'"), 1);
+        ck_assert(!has_journal_files(p));
+    }
+}
+END_TEST
+
 /* ---- user path ------------------------------------------------------------ */
 
 START_TEST(test_user_path)
@@ -1282,6 +1519,7 @@ static Suite *tunecache_suite(void)
         { "schema", 60, test_newer_version_refused },  { "schema", 60, test_foreign_db_refused },
         { "schema", 60, test_readonly },               { "schema", 60, test_corrupt_file },
         { "schema", 60, test_truncated_file },         { "schema", 60, test_open_bad_args },
+        { "schema", 60, test_damaged_mid_file },
         { "putget", 60, test_upsert },                 { "putget", 60, test_get_miss },
         { "putget", 60, test_key_fields_distinguish }, { "putget", 60, test_put_invalid },
         { "nearest", 60, test_nearest },               { "nearest", 60, test_nearest_ties },
@@ -1295,8 +1533,11 @@ static Suite *tunecache_suite(void)
         { "io", 60, test_export_gpu_filter },
         { "io", 60, test_import_malformed },           { "io", 60, test_import_refuses_other_statements },
         { "io", 60, test_import_blank_and_comments },  { "io", 60, test_import_file },
+        { "import", 20, test_import_validates_values }, { "import", 20, test_import_bounded_work },
+        { "import", 20, test_import_file_bounds },
         { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
         { "env", 60, test_user_path },
+        { "readonly", 60, test_readonly_places },      { "readonly", 60, test_foreign_v1_untouched },
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
     return s;

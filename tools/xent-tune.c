@@ -115,20 +115,43 @@ static int add_shape(cli *o, const char *s) {
     return 0;
 }
 
+/* A shape line is short; a longer one is refused by number rather than read
+ * in pieces, each piece a shape of its own. */
+#define MAX_SHAPE_LINE 255
+
+static int shapes_file_error(const char *path, const char *what) {
+    fprintf(stderr, "%s: shapes file %s%s\nTry '%s --help'.\n", prog, path, what, prog);
+    return EXIT_USAGE;
+}
+
 static int read_shapes_file(cli *o, const char *path) {
     FILE *f = fopen(path, "r");
+    struct stat st;
     if (!f) {
         fprintf(stderr, "%s: cannot open shapes file '%s': %s\n", prog, path, strerror(errno));
         return EXIT_USAGE;
     }
-    char line[256];
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return shapes_file_error(path, " is a directory");
+    }
+    char *line = NULL, where[64];
+    size_t cap = 0;
+    ssize_t len;
     int rc = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    for (int no = 1; !rc && (len = getline(&line, &cap, f)) >= 0; no++) {
+        line[strcspn(line, "\r\n")] = 0; /* the message quotes the shape, not its line break */
+        if (strlen(line) > MAX_SHAPE_LINE) {
+            snprintf(where, sizeof where, ":%d: line longer than %d characters", no, MAX_SHAPE_LINE);
+            rc = shapes_file_error(path, where);
+            break;
+        }
         char *s = line + strspn(line, " \t");
-        s[strcspn(s, "\r\n")] = 0; /* the message quotes the shape, not its line break */
         if (*s == '#' || !*s) continue;
         rc = add_shape(o, s);
     }
+    if (!rc && ferror(f)) rc = shapes_file_error(path, ": cannot be read");
+    free(line);
     fclose(f);
     return rc;
 }
@@ -307,13 +330,36 @@ static void make_parent_dirs(const char *path) {
         }
 }
 
-static int open_db(const cli *o, int readonly, tc_db **db) {
-    char path[4096], err[1024];
-    if (o->db_path) snprintf(path, sizeof path, "%s", o->db_path);
-    else if (tc_user_path(path, sizeof path)) {
-        fprintf(stderr, "%s: no tune cache path: set XENT_TUNECACHE or HOME, or pass --db\n", prog);
+/* The environment variable tc_user_path took the path from, for messages. */
+static const char *user_path_source(void) {
+    const char *v = getenv("XENT_TUNECACHE"), *x = getenv("XDG_CACHE_HOME");
+    if (v && *v) return "XENT_TUNECACHE";
+    if (x && x[0] == '/') return "XDG_CACHE_HOME";
+    v = getenv("HOME");
+    return v && *v ? "HOME" : NULL;
+}
+
+static int cache_path(const cli *o, char *path, size_t len) {
+    if (o->db_path) {
+        if (snprintf(path, len, "%s", o->db_path) < (int)len) return 0;
+        fprintf(stderr, "%s: the --db path is too long (%zu bytes, at most %zu)\n", prog, strlen(o->db_path),
+                len - 1);
         return EXIT_CACHE;
     }
+    if (tc_user_path(path, len) == XENT_OK) return 0;
+    const char *from = user_path_source();
+    if (from)
+        fprintf(stderr, "%s: the tune cache path made from $%s is too long (at most %zu bytes); pass --db\n", prog,
+                from, len - 1);
+    else
+        fprintf(stderr, "%s: no tune cache path: set XENT_TUNECACHE or HOME, or pass --db\n", prog);
+    return EXIT_CACHE;
+}
+
+static int open_db(const cli *o, int readonly, tc_db **db) {
+    char path[4096], err[1024];
+    int rc = cache_path(o, path, sizeof path);
+    if (rc) return rc;
     if (!readonly) make_parent_dirs(path);
     if (tc_open(path, readonly, db, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", prog, err);
@@ -338,8 +384,16 @@ static int show_row(void *arg, const tc_key *k, const tc_entry *e) {
 
 static int cmd_show(const cli *o) {
     tc_db *db;
-    int rc = open_db(o, 1, &db), rows = 0;
+    char path[4096];
+    struct stat st;
+    int rc = cache_path(o, path, sizeof path), rows = 0;
     if (rc) return rc;
+    /* before the first tune there is no file: an empty cache, not an error */
+    if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+        printf("0 entries (no tune cache at %s yet)\n", path);
+        return 0;
+    }
+    if ((rc = open_db(o, 1, &db))) return rc;
     const char *gpu = strcmp(o->gpu, "auto") ? o->gpu : NULL;
     rc = tc_foreach(db, gpu, show_row, &rows);
     if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
@@ -348,19 +402,68 @@ static int cmd_show(const cli *o) {
     return rc ? EXIT_CACHE : 0;
 }
 
+/* --output is written as a temporary file beside it and renamed into place,
+ * so a reader sees the old export or the whole new one, never a part; a
+ * failed export leaves the old file. A path that is not a regular file
+ * (/dev/stdout, a FIFO) cannot be replaced and is written directly. */
+typedef struct out_file {
+    FILE *f;
+    char tmp[4200];  /* "" when written directly */
+} out_file;
+
+static int open_output(const char *path, out_file *o) {
+    struct stat st;
+    o->tmp[0] = 0;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return (o->f = fopen(path, "w")) ? 0 : -1;
+    char target[4096];
+    /* a symbolic link is followed, so the file it names is the one replaced */
+    const char *real = realpath(path, target) ? target : path;
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.XXXXXX", real) >= (int)sizeof o->tmp) return errno = ENAMETOOLONG, -1;
+    int fd = mkstemp(o->tmp);
+    if (fd < 0) return o->tmp[0] = 0, -1;
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask); /* as fopen would have made it */
+    if (!(o->f = fdopen(fd, "w"))) {
+        close(fd);
+        unlink(o->tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Closes, then renames into place when ok; else removes the temporary.
+ * -1 (errno set) when what was to be written is not in place. */
+static int close_output(out_file *o, const char *path, int ok) {
+    int bad = fflush(o->f) != 0 || ferror(o->f);
+    if (!bad && ok && o->tmp[0]) bad = fsync(fileno(o->f)) != 0;
+    bad |= fclose(o->f) != 0;
+    if (!o->tmp[0]) return bad ? -1 : 0;
+    char target[4096];
+    const char *real = realpath(path, target) ? target : path;
+    if (ok && !bad && rename(o->tmp, real) == 0) return 0;
+    int err = errno;
+    unlink(o->tmp);
+    errno = err;
+    return -1;
+}
+
 static int cmd_export(const cli *o) {
     tc_db *db;
     int rc = open_db(o, 1, &db);
     if (rc) return rc;
-    FILE *out = o->output ? fopen(o->output, "w") : stdout;
-    if (!out) {
+    out_file out = {stdout, ""};
+    if (o->output && open_output(o->output, &out)) {
         fprintf(stderr, "%s: cannot write '%s': %s\n", prog, o->output, strerror(errno));
         tc_close(db);
         return EXIT_CACHE;
     }
-    rc = tc_export(db, o->gpu, out);
-    if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
-    if (out != stdout && fclose(out)) rc = XENT_ECACHE;
+    rc = tc_export(db, o->gpu, out.f);
+    if (rc) fprintf(stderr, "%s: %s%s\n", prog, tc_errmsg(db), o->output ? " (the output file is unchanged)" : "");
+    if (o->output && close_output(&out, o->output, !rc) && !rc) {
+        fprintf(stderr, "%s: cannot write '%s': %s\n", prog, o->output, strerror(errno));
+        rc = XENT_ECACHE;
+    }
     tc_close(db);
     return rc ? EXIT_CACHE : 0;
 }
@@ -387,6 +490,22 @@ static void problem_for(const cli *o, int i, xent_problem *p) {
     p->n = o->shapes[i][0];
     p->c = o->shapes[i][1];
     p->row_stride = p->c;
+}
+
+/* Every problem passes the library's own check before anything computes with
+ * its fields: a shape can parse and still overflow n * row_stride. */
+static int check_problems(const cli *o) {
+    char why[256];
+    for (int i = 0; i < o->nshapes; i++) {
+        xent_problem p;
+        problem_for(o, i, &p);
+        if (xent_problem_check(&p, why, sizeof why)) {
+            fprintf(stderr, "%s: shape %lldx%lld: %s\nTry '%s --help'.\n", prog, (long long)p.n,
+                    (long long)p.c, why, prog);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
 }
 
 static void describe_problem(const xent_problem *p, char *buf, size_t len) {
@@ -648,8 +767,21 @@ static int cmd_tune(const cli *o) {
     return rc;
 }
 
+/* At exit, whatever the path to it: output that did not reach stdout (a full
+ * disk, a closed pipe) makes the run a failure, said on stderr. */
+static void close_stdout(void) {
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int err = errno;
+    if (fclose(stdout) != 0 && !bad) bad = 1, err = errno;
+    if (bad) {
+        fprintf(stderr, "%s: write error on standard output: %s\n", prog, strerror(err ? err : EIO));
+        _exit(1);
+    }
+}
+
 int main(int argc, char **argv) {
     static cli o;
+    atexit(close_stdout);
     xent_problem_init(&o.base, 1, 1);
     o.gpu = "auto";
     o.budget = 30;
@@ -660,6 +792,7 @@ int main(int argc, char **argv) {
     if (o.command && !strcmp(o.command, "show")) return cmd_show(&o);
     if (o.command && !strcmp(o.command, "export")) return cmd_export(&o);
     if (o.command && !strcmp(o.command, "import")) return cmd_import(&o);
+    if ((rc = check_problems(&o))) return rc;
     if (o.dry_run) return cmd_dry_run(&o);
     if (o.compile_only) return cmd_compile_only(&o);
     return cmd_tune(&o);

@@ -64,7 +64,10 @@ enum { TC_FROM_USER = 0, TC_FROM_SHIPPED = 1, TC_FROM_NEAREST = 2, TC_FROM_NONE 
 
 /* Open (creating if needed, unless readonly) the file at path; ":memory:" works.
  * Creates the schema in a new file; refuses a file whose user_version is newer
- * than TC_SCHEMA_VERSION or that is not a tune cache (XENT_ECACHE, reason in err). */
+ * than TC_SCHEMA_VERSION, that is not a tune cache, or whose winners' table is
+ * damaged (XENT_ECACHE, reason in err), before writing anything to it. A
+ * read-only open of a file that this process may not write, or whose folder
+ * it may not write, reads it as immutable: no journal files are made. */
 int tc_open(const char *path, int readonly, tc_db **db, char *err, size_t errlen);
 void tc_close(tc_db *db);
 /* The last error message of this handle. */
@@ -129,10 +132,14 @@ typedef int (*tc_hash_fn)(const char *family, char *buf, size_t len);
  * those templates and that NVRTC (docs/cache.md: restamping a cache). */
 int tc_stamp(tc_db *db, tc_hash_fn hash, int nvrtc, int *rows);
 
-/* Read such SQL text in one transaction: only INSERTs into `tune` are allowed;
- * any error rolls back and changes nothing. *rows (may be NULL) gets the count. */
+/* Read such SQL text: it runs in a private in-memory store, where only
+ * INSERTs into `tune` are allowed, within a work budget for its length (at
+ * most 16 MiB); each row must then read back as the runtime reads it (types,
+ * ranges, a config that xent_config_parse takes, legal for the row's dtype)
+ * before all are copied in one transaction. Any error changes nothing.
+ * *rows (may be NULL) gets the count. */
 int tc_import(tc_db *db, const char *sql, int *rows);
-/* Read a file and tc_import it. */
+/* Read a regular file of at most 16 MiB and tc_import it. */
 int tc_import_file(tc_db *db, const char *path, int *rows);
 
 /* Call fn for each winner of gpu (NULL: all), ordered by gpu, family, dtypes, n, c. */
