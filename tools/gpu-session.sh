@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune
+#   grad gradtune py
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -111,6 +111,12 @@ for s in "$@"; do
                 run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op --budget "${GRAD_BUDGET:-20}" -q --top "${TUNE_TOP:-3}"
             done
         done ;;
+    py)
+        # the Python package: GPU and CPU pytest, the training run, dynamo's
+        # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh)
+        stage "python package"
+        LIGER_WHEEL=${LIGER_WHEEL:-$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)} \
+            run bash python/tests/run_gpu.sh "$OUT/py" ;;
     bench)
         # xent through the shipped cache just exported, not the tuner's user cache
         stage "benchmark"
