@@ -21,11 +21,25 @@ static int field_before(const char *log, const char *label) {
     return atoi(p);
 }
 
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* A cubin holds several entry points (the grad family's combine, rescale
+ * and denom beside its rows kernel): the report is the worst of them, the
+ * most registers, stack and shared memory and every spilled byte. */
 void xent_parse_ptxas(const char *log, xent_cubin *out) {
-    out->registers = field_before(log, " registers");
-    out->stack_bytes = field_before(log, " bytes stack frame");
-    out->spill_bytes = field_before(log, " bytes spill stores") + field_before(log, " bytes spill loads");
-    out->smem_bytes = field_before(log, " bytes smem");
+    static const char mark[] = "Function properties for ";
+    out->registers = out->stack_bytes = out->spill_bytes = out->smem_bytes = 0;
+    for (const char *f = strstr(log, mark); f; f = strstr(f + 1, mark)) {
+        const char *end = strstr(f + 1, mark);
+        size_t len = end ? (size_t)(end - f) : strlen(f);
+        char *part = strndup(f, len);
+        if (!part) return;
+        out->registers = imax(out->registers, field_before(part, " registers"));
+        out->stack_bytes = imax(out->stack_bytes, field_before(part, " bytes stack frame"));
+        out->spill_bytes += field_before(part, " bytes spill stores") + field_before(part, " bytes spill loads");
+        out->smem_bytes = imax(out->smem_bytes, field_before(part, " bytes smem"));
+        free(part);
+    }
 }
 
 static char *program_log(nvrtcProgram prog) {

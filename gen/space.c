@@ -31,7 +31,8 @@ const xent_knob xent_knobs[] = {
      "as give every block the same number of rounds", KNOB_LAUNCH,
      4, {0, 1, 2, 3}, KNOB(persist), 0, 0},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
-     "chunk's registers, more bytes in flight per warp)", KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, 0},
+     "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
+     KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, 1},
     {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
      "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1, 0},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
@@ -102,6 +103,9 @@ static size_t async_bytes(const xent_config *cfg, xent_dtype d) {
 #define MAX_GRAD_SPLIT 8
 /* Elements of a chunk a thread of the grad family may hold in registers. */
 #define GRAD_CHUNK_LIMIT 32
+/* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
+ * state stay under the 128 registers a 512-thread block allows. */
+#define GRAD_PREFETCH_WORDS 16
 
 static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
     for (int i = 0; i < xent_nknobs; i++)
@@ -120,6 +124,8 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "SPLIT > 1 takes TPR == BLOCK (a cluster of whole-block teams)");
     if (cfg->items * cfg->vec > GRAD_CHUNK_LIMIT)
         return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers");
+    if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
+        return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
     return 1;
 }
 
@@ -368,13 +374,12 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         cfg->block = 128;
         return;
     }
+    /* a row held by the fewest threads of 32 elements each; past 512 threads,
+     * chunks of 512 read twice (the second read from L2): the tuned winners
+     * of long rows were never clusters */
+    cfg->items = GRAD_CHUNK_LIMIT / cfg->vec;
+    threads = (p->c + GRAD_CHUNK_LIMIT - 1) / GRAD_CHUNK_LIMIT;
     cfg->tpr = cfg->block = (int)(threads <= 64 ? 64 : threads >= 512 ? 512 : pow2_ceil(threads));
-    long clusters = (threads + 511) / 512;
-    if (clusters > MAX_GRAD_SPLIT) {
-        cfg->items *= 2;
-        clusters = (clusters + 1) / 2;
-    }
-    cfg->split = (int)(clusters > MAX_GRAD_SPLIT ? MAX_GRAD_SPLIT : pow2_ceil(clusters));
 }
 
 /* Rows that fit a warp's registers are held there (two passes, no re-read);

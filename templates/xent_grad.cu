@@ -31,6 +31,9 @@
  *   XENT_ITEMS  vector loads per thread per chunk
  *   XENT_CACHE  0 plain loads, 1 read-only without L1 allocation, 2 streaming
  *   XENT_SPLIT  blocks of a cluster sharing a row (needs TPR == BLOCK)
+ *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
+ *               this one is reduced and written: a team's loads stay in
+ *               flight through its reductions, at twice the chunk's registers
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -64,6 +67,9 @@
 #endif
 #ifndef XENT_SPLIT
 #define XENT_SPLIT 1
+#endif
+#ifndef XENT_PREFETCH
+#define XENT_PREFETCH 0
 #endif
 #ifndef XENT_LOGIT
 #define XENT_LOGIT 0
@@ -114,7 +120,7 @@
  * chunk (ptxas -v: the chunk's words live across the reduction, and fewer
  * spilled). */
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
-#define REG_CAP (48 + 2 * CHUNK_WORDS)
+#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS)
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
@@ -720,8 +726,45 @@ __device__ __forceinline__ void team_barrier() {
 #endif
 }
 
-/* One row of this team (or cluster). Returns the row's (loss, weight). */
-__device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity) {
+/* A row's loss, lse or shard statistics from its merged sums, written by
+ * the team's first lane; returns the row's (loss, weight) for a reduction. */
+#if ROW_PASS
+__device__ __forceinline__ double2 row_out(const gargs &k, long long row, long long t, bool bad, float yt,
+                                           const acc &a, float lse, bool write) {
+    double2 out = make_double2(0.0, 0.0);
+    if (!write) return out;
+#if XENT_SHARD
+    float lin = 0.0f;
+    if (t != k.ignore_index && !bad) {
+        lin = (1.0f - k.smoothing) * yt;
+        if (k.smoothing > 0.0f) lin += k.smoothing / (float)k.vocab * (a.sy + a.sw * a.m);
+    }
+    k.stats[row] = lse;
+    k.stats[k.n + row] = lin;
+#else
+    float loss = row_loss(a, t, yt, k, lse);
+    if (bad) atomicOr(k.err, 1);
+#if XENT_LSE
+    k.lse[row] = lse;
+#endif
+#if XENT_REDUCTION == 0
+    k.loss[row] = loss;
+#else
+    float w = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, t);
+    out = make_double2((double)loss, (double)w);
+#endif
+#endif
+    return out;
+}
+#endif
+
+/* One row of this team (or cluster). Returns the row's (loss, weight).
+ * cur: with PREFETCH, the row's first chunk on entry (already loading) and
+ * the first chunk of the row `next` on return (next < 0: none). The chunk
+ * after the one in use is always in flight: the row's next chunk, pass 2's
+ * first (the row again, from L2), or the next row's first. */
+__device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity,
+                                          chunk &cur, long long next) {
     const slice l = make_slice(k, row);
     const bool edges = cluster_rank() == 0;
     const long long t = (long long)k.targets[row];
@@ -733,46 +776,35 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     const long long tc = t - k.c0;
     const bool has_t = lane == 0 && !bad && t != k.ignore_index && tc >= 0 && tc < k.c && (edges || GRAD);
     const float xt = has_t ? load_scalar(l.x, tc) : 0.0f;
-    chunk ch;
+#if XENT_PREFETCH
+    chunk nx;
+#endif
     float lse;
     double2 out = make_double2(0.0, 0.0);
 #if ROW_PASS
     acc a;
     acc_init(a);
-    for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
-        load_chunk(ch, l, vb, lane, edges && vb == l.v0);
-        chunk_sums(a, ch, l, vb, lane, k);
-        if (vb + chunk_vecs >= l.v1) break;
+    for (int vb = l.v0;; vb += chunk_vecs) {
+        const bool more = vb + chunk_vecs < l.v1;
+#if XENT_PREFETCH
+        if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false);
+        else if (GRAD && !held) load_chunk(nx, l, l.v0, lane, edges);
+        else if (next >= 0) load_chunk(nx, make_slice(k, next), make_slice(k, next).v0, lane, edges);
+        chunk_sums(a, cur, l, vb, lane, k);
+        if (!more) break;
+        cur = nx;
+#else
+        load_chunk(cur, l, vb, lane, edges && vb == l.v0);
+        chunk_sums(a, cur, l, vb, lane, k);
+        if (!more) break;
+#endif
     }
     team_merge(a);
 #if XENT_SPLIT > 1
     cluster_merge(a, parity);
 #endif
     lse = a.m == neg_inf() ? neg_inf() : safe_max(a.m) + logf(a.s);
-    const float yt = capped(xt, k.softcap);
-    if (active && lane == 0 && edges) {
-#if XENT_SHARD
-        float lin = 0.0f;
-        if (t != k.ignore_index && !bad) {
-            lin = (1.0f - k.smoothing) * yt;
-            if (k.smoothing > 0.0f) lin += k.smoothing / (float)k.vocab * (a.sy + a.sw * a.m);
-        }
-        k.stats[row] = lse;
-        k.stats[k.n + row] = lin;
-#else
-        float loss = row_loss(a, t, yt, k, lse);
-        if (bad) atomicOr(k.err, 1);
-#if XENT_LSE
-        k.lse[row] = lse;
-#endif
-#if XENT_REDUCTION == 0
-        k.loss[row] = loss;
-#else
-        float w = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, t);
-        out = make_double2((double)loss, (double)w);
-#endif
-#endif
-    }
+    out = row_out(k, row, t, bad, capped(xt, k.softcap), a, lse, active && lane == 0 && edges);
 #else
     lse = k.lse[row];
     if (active && lane == 0 && edges && bad) atomicOr(k.err, 1);
@@ -780,16 +812,32 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if GRAD
     const rowg r = row_grad_terms(k, row, t, lse, bad, xt);
     if (ROW_PASS && held) {
-        store_chunk_grad(ch, l, l.v0, lane, r, k, active);
+        store_chunk_grad(cur, l, l.v0, lane, r, k, active);
+#if XENT_PREFETCH
+        cur = nx;
+#endif
     } else {
-        for (int vb = l.v0; vb < l.v1 || vb == l.v0; vb += chunk_vecs) {
-            load_chunk(ch, l, vb, lane, edges && vb == l.v0);
-            store_chunk_grad(ch, l, vb, lane, r, k, active);
-            if (vb + chunk_vecs >= l.v1) break;
+#if XENT_PREFETCH && ROW_PASS
+        cur = nx; /* pass 2's first chunk */
+#endif
+        for (int vb = l.v0;; vb += chunk_vecs) {
+            const bool more = vb + chunk_vecs < l.v1;
+#if XENT_PREFETCH
+            if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false);
+            else if (next >= 0) load_chunk(nx, make_slice(k, next), make_slice(k, next).v0, lane, edges);
+            store_chunk_grad(cur, l, vb, lane, r, k, active);
+            cur = nx;
+#else
+            load_chunk(cur, l, vb, lane, edges && vb == l.v0);
+            store_chunk_grad(cur, l, vb, lane, r, k, active);
+#endif
+            if (!more) break;
         }
     }
     team_barrier();
     if (active && has_t && slice_holds(l, r.t)) store_scalar(l.g, r.t, grad_at_target(r, k));
+#elif XENT_PREFETCH
+    cur = nx;
 #endif
     return out;
 }
@@ -804,10 +852,18 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
     const long long first = blockIdx.x / XENT_SPLIT, step = gridDim.x / XENT_SPLIT;
     double l = 0.0, w = 0.0;
     int parity = 0;
+    chunk cur;
+#if XENT_PREFETCH
+    if (first < groups) {
+        const slice l0 = make_slice(k, min(first * TEAMS + team, k.n - 1));
+        load_chunk(cur, l0, l0.v0, lane, cluster_rank() == 0);
+    }
+#endif
     for (long long g = first; g < groups; g += step, parity ^= 1) {
         long long row = g * TEAMS + team;
         bool active = row < k.n;
-        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity);
+        long long next = g + step < groups ? min((g + step) * TEAMS + team, k.n - 1) : -1;
+        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity, cur, next);
         l += o.x;
         w += o.y;
     }

@@ -280,6 +280,18 @@ START_TEST(ptxas_report_parses) {
     ck_assert_int_eq(c.stack_bytes, 24);
     ck_assert_int_eq(c.spill_bytes, 100);
     ck_assert_int_eq(c.smem_bytes, 513);
+    /* several entry points: the worst of each field, the spills of all */
+    xent_parse_ptxas("ptxas info    : Function properties for xent_grad_combine\n"
+                     "    0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+                     "ptxas info    : Used 32 registers, used 1 barriers, 520 bytes smem\n"
+                     "ptxas info    : Function properties for xent_grad\n"
+                     "    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                     "ptxas info    : Used 94 registers, used 1 barriers, 384 bytes smem\n",
+                     &c);
+    ck_assert_int_eq(c.registers, 94);
+    ck_assert_int_eq(c.stack_bytes, 8);
+    ck_assert_int_eq(c.spill_bytes, 8);
+    ck_assert_int_eq(c.smem_bytes, 520);
 }
 END_TEST
 

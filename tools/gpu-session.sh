@@ -106,6 +106,8 @@ for s in "$@"; do
         XENT_GRAD_CONFIGS="${GRAD_CONFIGS:-}" run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_grad ;;
     gradtune)
         stage "tune the training ops"
+        # from the shipped entries, so that export keeps the ones not retuned here
+        run $TUNE import tunecache/h200.sql
         for sh in ${GRAD_SHAPES:-32768x4096:f32 32768x4096:bf16 16384x50257:f32 8192x128256:bf16}; do
             for op in ${GRAD_OPS:-fused backward}; do
                 run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op --budget "${GRAD_BUDGET:-20}" -q --top "${TUNE_TOP:-3}"

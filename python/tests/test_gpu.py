@@ -36,9 +36,14 @@ def _inputs(n, c, dtype, tdtype=torch.int64, seed=0, ignore_frac=0.1, ignore_ind
     return x, t.to(tdtype)
 
 
-def _check_grad(g, ref, dtype, what=""):
+def _check_grad(g, ref, dtype, what="", fp32_ref=None):
+    """Max error against the float64 gradient within GRAD_TOL of its largest element, or (fp32_ref: the
+    same formula evaluated in float32) within twice float32's own error: at |lse| ~ 40 one ulp of the
+    float32 lse is 3.8e-6, already more than GRAD_TOL for float32."""
     g, ref = g.double(), ref.double()
     tol = GRAD_TOL[dtype] * max(ref.abs().max().item(), 1e-30) + 1e-12
+    if fp32_ref is not None:
+        tol = max(tol, 2 * (fp32_ref.double() - ref).abs().max().item())
     err = (g - ref).abs().max().item()
     assert err <= tol, "%s gradient max error %.3g > %.3g" % (what, err, tol)
 
@@ -101,7 +106,10 @@ def test_z_loss_softcap_vs_formula(dtype, reduction, z_loss, softcap):
     up = torch.rand(loss.shape, device=DEV) + 0.5
     loss.backward(up)
     ref.backward(up.double())
-    _check_grad(xg.grad, xd.grad, dtype)
+    xf = x.float().requires_grad_(True)
+    ref32, _ = _reference.loss_and_lse(xf, t, None, -100, reduction, 0.05, z_loss, softcap, dtype=torch.float32)
+    ref32.backward(up.to(ref32.dtype))
+    _check_grad(xg.grad, xd.grad, dtype, fp32_ref=xf.grad if dtype == torch.float32 else None)
 
 
 def test_row_strided_logits():
@@ -302,7 +310,8 @@ def test_training_run_matches_torch():
             out.append(loss.item())
         curves[name] = out
     a, b = curves["xent"], curves["torch"]
-    assert a[-1] < a[0] * 0.8, "did not train: %g -> %g" % (a[0], a[-1])
+    # the table's entropy bounds the loss from below (about ln V - 2 for logits of deviation 2)
+    assert a[-1] < a[0] - 0.5, "did not train: %g -> %g" % (a[0], a[-1])
     worst = max(abs(p - q) / abs(q) for p, q in zip(a, b))
     assert worst < 2e-3, "loss curves differ by %.3g relative (xent %s vs torch %s)" % (worst, a[-5:], b[-5:])
     assert not any(math.isnan(v) for v in a)

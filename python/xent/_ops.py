@@ -172,7 +172,7 @@ def _check_inputs(input, target, weight=None, what="input", allow_cpu=False):
     if dev.type != "cuda" and not (allow_cpu or (_emulate_cpu and dev.type == "cpu")) and dev.type != "meta":
         raise ValueError("xent: %s must be a CUDA tensor (got device %s)" % (what, dev))
     if target.device != dev:
-        raise ValueError("xent: target is on %s but %s is on %s" % (target.device, what, dev))
+        raise ValueError("xent: target is on device %s but %s is on device %s" % (target.device, what, dev))
     if c > 1 and input.stride(1) != 1:
         raise ValueError("xent: %s must have unit stride along classes (stride(1) == 1; got strides %s); "
                          "call .contiguous()" % (what, tuple(input.stride())))
@@ -184,7 +184,7 @@ def _check_inputs(input, target, weight=None, what="input", allow_cpu=False):
         if not weight.is_floating_point():
             raise TypeError("xent: weight must be a floating-point tensor (got %s)" % weight.dtype)
         if weight.device != dev:
-            raise ValueError("xent: weight is on %s but %s is on %s" % (weight.device, what, dev))
+            raise ValueError("xent: weight is on device %s but %s is on device %s" % (weight.device, what, dev))
 
 
 def _check_options(reduction, label_smoothing, z_loss, softcap, weight=None):
@@ -354,8 +354,12 @@ class _FusedInplace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
-        loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
-                                                 label_smoothing, z_loss, softcap, write_lse)
+        if input.is_cuda and not torch.compiler.is_compiling():
+            loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss,
+                                    softcap, write_lse, input)
+        else:
+            loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
+                                                     label_smoothing, z_loss, softcap, write_lse)
         ctx.save_for_backward(input.detach())
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)

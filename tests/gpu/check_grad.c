@@ -76,6 +76,22 @@ static const gcase cases[] = {
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=0"},
     {"fused warp teams", 500, 100, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"},
+    /* PREFETCH: more rows than the grid, so that teams carry the next row's
+     * chunk across rows (in place, loop mode, unaligned edges, clusters) */
+#define PF " PASSES=1 CACHE=0 TILE=0 PERSIST=0 PREFETCH=1"
+    {"prefetch held in place", 3000, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0,
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" PF},
+    {"prefetch loop bf16 in place", 3000, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 1, 0,
+     0, 0, "VEC=8 TPR=256 BLOCK=256 ITEMS=2 SPLIT=1" PF},
+    {"prefetch warp teams strided", 60000, 100, 3, XENT_F16, XENT_I32, XENT_REDUCE_MEAN, 1, 0, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1" PF},
+    {"prefetch cluster 4", 2000, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=4" PF},
+    {"prefetch backward", 2500, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.5f, 0,
+     "VEC=4 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" PF},
+    {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0,
+     "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
+#undef PF
     {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0, NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0, NULL},
     {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f, 0, NULL},
