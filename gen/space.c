@@ -227,7 +227,10 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
  * a row held in registers by the fewest threads that hold it (hold), or,
  * past what a cluster holds, chunks read twice; clusters only for long rows. */
 static int grad_relevant(const xent_config *c, const xent_problem *p) {
-    if (!xent_config_fits(c, p, NULL, 0) || c->vec != widest_vec(p->logits)) return 0;
+    /* short rows also take the vector their stride keeps aligned: with the
+     * widest, a team of one thread would hold up to 2 VEC - 2 scalar edges */
+    if (!xent_config_fits(c, p, NULL, 0)) return 0;
+    if (c->vec != widest_vec(p->logits) && (p->c > 256 || c->vec != stride_vec(p))) return 0;
     long per_thread = (long)c->items * c->vec;
     long cap = (long)c->tpr * per_thread * c->split;
     long most = 512L * GRAD_CHUNK_LIMIT * MAX_GRAD_SPLIT;
@@ -366,14 +369,15 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
 static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
-    cfg->vec = widest_vec(p->logits);
-    cfg->items = 16 / cfg->vec;
     long threads = (p->c + 15) / 16;
-    if (threads <= 32) {
+    if (threads <= 32) { /* 16 elements a lane, in vectors the row stride keeps aligned */
+        cfg->vec = p->c > 256 ? widest_vec(p->logits) : stride_vec(p);
+        cfg->items = 16 / cfg->vec;
         cfg->tpr = (int)pow2_ceil(threads);
         cfg->block = 128;
         return;
     }
+    cfg->vec = widest_vec(p->logits);
     /* a row held by the fewest threads of 32 elements each; past 512 threads,
      * chunks of 512 read twice (the second read from L2): the tuned winners
      * of long rows were never clusters */

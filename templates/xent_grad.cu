@@ -116,11 +116,12 @@
 #define PARTS_AT (32 + 16 * DENOM_BLOCKS)
 #define GRAD (XENT_MODE != 0)
 /* Blocks a multiprocessor should hold, so that warps of other rows hide a
- * row's reduction and barrier: a register cap of 48 plus two a word of the
- * chunk (ptxas -v: the chunk's words live across the reduction, and fewer
- * spilled). */
+ * row's reduction and barrier: a register cap of 48 plus two a word of each
+ * chunk held (ptxas -v: the chunk's words live across the reduction, and
+ * fewer spilled), and four for each edge scalar past the first (a small team
+ * holds up to 2 VEC - 2 of them, with their columns). */
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
-#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS)
+#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS + 4 * (EDGES - 1))
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
