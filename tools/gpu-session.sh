@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py
+#   grad gradtune py gradprofile
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -119,6 +119,17 @@ for s in "$@"; do
         stage "python package"
         LIGER_WHEEL=${LIGER_WHEEL:-$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)} \
             run bash python/tests/run_gpu.sh "$OUT/py" ;;
+    gradprofile)
+        # hardware counters of the fused rows kernel on the plan the lookup gives (bench/ncu_train.py)
+        stage "profile the fused training kernel (Nsight Compute)"
+        for sh in ${GRADPROFILE_SHAPES:-32768x4096 32768x4096:bf16 16384x50257}; do
+            echo "--- $sh" >> "$OUT/gradprofile.txt"
+            run timeout 150 ncu --clock-control none -k 'regex:^xent_grad$' --launch-skip 2 --launch-count 1 \
+                --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+                --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct \
+                python3 bench/ncu_train.py "$sh" >> "$OUT/gradprofile.txt" 2>&1
+        done
+        grep -E "^---|Duration|DRAM Throughput|Memory Throughput|pipe_xu|pipe_fma|issue_active|Achieved Occupancy|Theoretical Occupancy|hit_rate|Registers Per|Stall" "$OUT/gradprofile.txt" ;;
     bench)
         # xent through the shipped cache just exported, not the tuner's user cache
         stage "benchmark"
