@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""host_profile.py — where the host's time goes in one xent forward+backward call from PyTorch.
+
+    python3 bench/host_profile.py [NxC[:bf16]] [--calls 200]
+
+The calls are queued behind a long GPU sleep, so the host never waits for the GPU: what cProfile
+reports is Python, autograd and the launches alone. Prints the host time a call and cProfile's top
+entries by own time.
+"""
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("shape", nargs="?", default="32768x4096")
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args()
+    import torch
+    import xent
+    dims, _, dt = args.shape.partition(":")
+    n, c = (int(v) for v in dims.split("x"))
+    dtype = {"": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    x = torch.randn(n, c, device="cuda").to(dtype).requires_grad_(True)
+    t = torch.randint(0, c, (n,), device="cuda")
+
+    def call():
+        xent.cross_entropy(x, t).backward()
+        x.grad = None
+
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    for label, fn in (("xent", call), ("torch eager", lambda: torch.nn.functional.cross_entropy(x, t).backward())):
+        torch.cuda._sleep(int(2e9))
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        print("%s: %.1f us of host time a call" % (label, (time.perf_counter() - t0) * 1e6 / args.calls))
+        torch.cuda.synchronize()
+        x.grad = None
+    torch.cuda._sleep(int(2e9))
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(args.calls):
+        call()
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
