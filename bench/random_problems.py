@@ -6,6 +6,11 @@ both against the one-shot read floor of the same bytes, in one process.
     PYTHONUNBUFFERED=1 python3 bench/random_problems.py --out DIR [--only 0..19] [--no-tune | --budget 10]
     python3 bench/random_problems.py --merge DIR1/random.json DIR2/random.json --out DIR  # one report
 
+With --with-fixed the issue's table of problems follows the draw (numbered from --problems, left
+out of the distribution): 65536x8192 f16 mean and none, 12288x50257 bf16 none, 7x1000003 f32 mean
+and none (the few-rows mean against its none), 2048x151936 bf16 mean, 100000x1000 f32 mean and the
+reference 32768x4096 f32 mean.
+
 The draw (seeded; --list prints it): dtype f32/f16/bf16, targets i32/i64, reduction none/sum/mean,
 each uniform; class weights, label smoothing 0.1, the lse output each with probability 1/4; rows
 strided (row_stride = c + 1..64) with probability 1/5; c log-uniform in [2, 1M], n log-uniform in
@@ -105,6 +110,24 @@ def draw(seed, count, cap_bytes):
     return out
 
 
+# The problems of the table (fixed, i64 targets, no options), and the few-rows
+# mean beside its none: appended after the draw with --with-fixed.
+FIXED = [(65536, 8192, "f16", "mean"), (65536, 8192, "f16", "none"), (12288, 50257, "bf16", "none"),
+         (7, 1000003, "f32", "mean"), (7, 1000003, "f32", "none"), (2048, 151936, "bf16", "mean"),
+         (100000, 1000, "f32", "mean"), (32768, 4096, "f32", "mean")]
+
+
+def fixed(first):
+    out = []
+    for i, (n, c, dt, red) in enumerate(FIXED):
+        p = {"idx": first + i, "dtype": dt, "targets": "i64", "reduction": red, "weights": False,
+             "smoothing": 0.0, "lse": False, "n": n, "c": c, "stride": c, "fixed": True}
+        p["bytes"] = n * c * ESIZE[dt] + n * 8
+        p["name"] = name_of(p)
+        out.append(p)
+    return out
+
+
 def options_of(p):
     o = []
     if p["weights"]:
@@ -181,9 +204,9 @@ def make_markdown(result):
                "`xent-tune` winner. Floor: the fastest read of the same bytes (one-shot or grid-stride). "
                "Times: back-to-back µs per call, median of repeats.")
     out.append("")
-    out.append("## Distribution")
+    out.append("## Distribution (the drawn problems)")
     out.append("")
-    ut, uf, tf = summary(rows)
+    ut, uf, tf = summary([r for r in rows if not r.get("fixed")])
     out.append("| ratio | median | worst | best | problems |")
     out.append("| --- | ---: | ---: | ---: | ---: |")
     out.append(dist_line("untuned / tuned", ut))
@@ -198,6 +221,8 @@ def make_markdown(result):
         out.append("Untuned within 1.10x of the floor: %d of %d." % (sum(v <= 1.10 for v in n_uf), len(n_uf)))
     sources = {}
     for r in rows:
+        if r.get("fixed"):
+            continue
         s = r.get("untuned", {}).get("source")
         if s:
             sources[s] = sources.get(s, 0) + 1
@@ -211,7 +236,7 @@ def make_markdown(result):
     for r in rows:
         u, t = r.get("untuned", {}), r.get("tuned", {})
         out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["idx"], r["name"], fmt_bytes(r["bytes"]), fmt_us(r.get("floor_us")),
+            r["idx"], r["name"] + (" (fixed)" if r.get("fixed") else ""), fmt_bytes(r["bytes"]), fmt_us(r.get("floor_us")),
             fmt_us(u.get("us")) if u.get("us") else u.get("status", "—"), fmt_ratio(ratio(u.get("us"), r.get("floor_us"))),
             u.get("source", "—"),
             fmt_us(t.get("us")) if t.get("us") else t.get("status", "—"), fmt_ratio(ratio(t.get("us"), r.get("floor_us"))),
@@ -457,6 +482,8 @@ def main():
     ap.add_argument("--problems", type=int, default=40, help="how many to draw (default 40)")
     ap.add_argument("--only", help="i..j: measure only problems i to j (inclusive) of the draw")
     ap.add_argument("--list", action="store_true", help="print the drawn problems and exit (no GPU)")
+    ap.add_argument("--with-fixed", action="store_true",
+                    help="append the issue's %d fixed problems after the draw (numbered from --problems)" % len(FIXED))
     ap.add_argument("--no-tune", dest="tune", action="store_false", help="untuned and floor only")
     ap.add_argument("--budget", type=float, default=30, help="xent-tune budget a problem, seconds (default 30)")
     ap.add_argument("--tune-bin", default=os.path.join(ROOT, "build", "xent-tune"))
@@ -471,6 +498,8 @@ def main():
     if args.merge:
         return merge(args.merge, args.out)
     problems = draw(args.seed, args.problems, int(args.cap_gb * 1e9))
+    if args.with_fixed:
+        problems += fixed(len(problems))
     if args.list:
         print("| # | problem | bytes |")
         print("| ---: | --- | ---: |")

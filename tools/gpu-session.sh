@@ -123,10 +123,12 @@ for s in "$@"; do
         # tune, into $OUT/random/. RANDOM_ONLY=i..j measures a piece of the draw (one call
         # fits 40 problems untuned, ~10 at RANDOM_BUDGET=30, ~20 at 10); merge the
         # pieces' random.json with --merge. The tuned cache stays in /tmp/xent-random.
+        # RANDOM_FIXED=1 (default) appends the issue's 8 fixed problems as 40..47.
         stage "random problems ${RANDOM_ONLY:-all} (budget ${RANDOM_BUDGET:-30})"
         tune=(--budget "${RANDOM_BUDGET:-30}"); [ "${RANDOM_BUDGET:-30}" = 0 ] && tune=(--no-tune)
         XENT_DATADIR="${RANDOM_DATADIR:-$PWD/tunecache}" run python3 bench/random_problems.py \
             --seed "${RANDOM_SEED:-12}" --problems "${RANDOM_PROBLEMS:-40}" ${RANDOM_ONLY:+--only "$RANDOM_ONLY"} \
+            $([ "${RANDOM_FIXED:-1}" = 1 ] && echo --with-fixed) \
             "${tune[@]}" --out "$OUT/random" ;;
     ab)
         # each build of build/variants (tools/ab-build.sh), interleaved, AB_REPS

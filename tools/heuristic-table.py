@@ -2,9 +2,11 @@
 """Derive the xent_fwd heuristic's table from a shipped tune cache.
 
     python3 tools/heuristic-table.py [tunecache/h200.sql] [--markdown]
+    python3 tools/heuristic-table.py [tunecache/h200.sql] --check gen/space.c
 
 Prints the C table that gen/space.c holds between its "heuristic-table"
-markers (or, with --markdown, the same cells as a table for docs/cache.md).
+markers (or, with --markdown, the same cells as a table for docs/cache.md);
+--check exits 1 when gen/space.c's table is not what the cache gives.
 
 The model: a cell per element size (4 bytes, 2 bytes), row-length band and
 row-count band holds the knobs of one tuned winner. A cell keeps a thread's
@@ -124,8 +126,37 @@ def knob(e, name, esize):
     return v
 
 
+def check(path, table):
+    """0 when the file holds table between the markers, else 1 with a diff."""
+    import difflib
+    text = open(path).read()
+    start = text.find("/* heuristic-table: generated")
+    end = text.find("/* heuristic-table: end */")
+    if start < 0 or end < 0:
+        print("%s: no heuristic-table markers" % path)
+        return 1
+    held = text[start:end + len("/* heuristic-table: end */")] + "\n"
+    if held == table:
+        print("%s: the heuristic table is the cache's" % path)
+        return 0
+    sys.stdout.writelines(difflib.unified_diff(held.splitlines(True), table.splitlines(True), path, "derived"))
+    return 1
+
+
 def main(argv):
     md = "--markdown" in argv
+    target = None
+    if "--check" in argv:
+        i = argv.index("--check")
+        target = argv[i + 1] if i + 1 < len(argv) else "gen/space.c"
+        argv = argv[:i] + argv[i + 2:]
+    if target:
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            main(argv)
+        return check(target, buf.getvalue())
     args = [a for a in argv if not a.startswith("--")]
     path = args[0] if args else "tunecache/h200.sql"
     entries = load(path)
@@ -163,6 +194,6 @@ def main(argv):
 
 if __name__ == "__main__":
     try:
-        main(sys.argv[1:])
+        sys.exit(main(sys.argv[1:]) or 0)
     except BrokenPipeError:  # piped into head
         sys.exit(0)
