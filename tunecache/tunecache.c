@@ -560,7 +560,7 @@ void tc_kind_text(const tc_key *k, char *buf, size_t len)
         { TC_OPT_STRIDED, "strided" }, { TC_OPT_ZLOSS, "zloss" }, { TC_OPT_SOFTCAP, "softcap" },
         { TC_OPT_SHARD, "shard" },
     };
-    size_t used = (size_t)snprintf(buf, len, "%s %s", k->targets ? "i64" : "i32",
+    size_t used = (size_t)snprintf(buf, len, "%s %s", k->targets == XENT_I64 ? "i64" : "i32",
                                    k->reduction >= 0 && k->reduction <= 2 ? reductions[k->reduction] : "?");
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         if ((k->options & opts[i].bit) && used < len)
@@ -582,7 +582,7 @@ static int key_dist(const tc_key *q, const tc_key *k)
     if (diff & TC_OPT_LSE)
         d += 1;
     if (q->reduction != k->reduction)
-        d += q->reduction == 0 || k->reduction == 0 ? 8 : 2; /* 0: XENT_REDUCE_NONE */
+        d += q->reduction == XENT_REDUCE_NONE || k->reduction == XENT_REDUCE_NONE ? 8 : 2;
     if (diff & TC_OPT_STRIDED)
         d += 4;
     if (diff & TC_OPT_WEIGHTS)
