@@ -143,7 +143,10 @@ static int usable(void *arg, const tc_entry *e, char *why, size_t len) {
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a) {
     fit_arg f = {p, cfg};
-    tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f};
+    /* Another kind's entry is checked to fit p like any; the training family's
+     * kinds are separate families of kernels, never mixed. */
+    int any_kind = xent_problem_family(p) == XENT_FAMILY_FWD;
+    tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, any_kind};
     if (tc_lookup(&s, key, a) == XENT_OK) return (xent_source)a->from; /* usable() left cfg parsed */
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);

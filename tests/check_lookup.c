@@ -1,7 +1,9 @@
 /* check_lookup — the runtime's tune-cache lookup for a presented GPU, on the
  * CPU: the shipped tunecache/h200.sql answering its own GPU, siblings of its
  * architecture answering through it, user entries first, stale and
- * unusable entries passed over with a note, and the heuristic last. */
+ * unusable entries passed over with a note, entries of another problem kind
+ * (targets, reduction, options) after those of the problem's own, and the
+ * heuristic last. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,28 +90,55 @@ typedef struct lookup_case {
     const char *cache;      /* "" for the heuristic */
     const char *config;     /* NULL: the heuristic's for this problem */
     const char *note;       /* in the note, or NULL for an empty note */
+    const char *kind;       /* the problem's kind (apply_kind), NULL: i64 mean */
 } lookup_case;
 
 static const lookup_case cases[] = {
-    {"h200 exact", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL},
-    {"h200 nearest", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL},
-    {"h100 from h200", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
-    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
+    {"h200 exact", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL, NULL},
+    {"h200 nearest", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL, NULL},
+    {"h100 from h200", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
+    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
     {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
-     NULL},
-    {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL},
+     NULL, NULL},
+    {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
     {"h100 user first", "h100", 90, 132, 32768, 4096, 0, "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-     XENT_SOURCE_USER_DB, "user", "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL},
+     XENT_SOURCE_USER_DB, "user", "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL, NULL},
     {"user unparsable", "h200", 90, 132, 32768, 4096, 0, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200",
-     H200_32768x4096, "user 32768x4096: config does not parse"},
+     H200_32768x4096, "user 32768x4096: config does not parse", NULL},
     {"user unfit", "h100", 90, 132, 32768, 4096, 0, "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
-     XENT_SOURCE_ARCH, "h200", H200_32768x4096, "user 32768x4096: config does not fit"},
-    {"other arch", "l40s", 89, 142, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL},
+     XENT_SOURCE_ARCH, "h200", H200_32768x4096, "user 32768x4096: config does not fit", NULL},
+    {"other arch", "l40s", 89, 142, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL, NULL},
     {"h200 stale", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096: stale: made by template feedfacefeedface"},
+     "h200 32768x4096: stale: made by template feedfacefeedface", NULL},
     {"h100 stale sibling", "h100", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096 (arch): stale"},
+     "h200 32768x4096 (arch): stale", NULL},
+    /* the shipped cache holds i64 mean entries only: other kinds take them, and say so */
+    {"h200 none takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096,
+     "answered by h200 32768x4096 i64 mean (another kind)", "none"},
+    {"h200 weighted i32 takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     H200_32768x4096, "answered by h200 32768x4096 i64 mean", "i32 weights smoothing lse"},
+    {"h100 sum from h200 mean", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
+     "answered by h200 32768x4096 i64 mean", "sum"},
+    {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096 i64 mean (nearest): stale", "none"},
 };
+
+/* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",
+ * "lse", "strided" (rows 64 elements apart beyond c), space-separated. */
+static void apply_kind(xent_problem *p, const char *kind) {
+    char words[128];
+    snprintf(words, sizeof words, "%s", kind ? kind : "");
+    for (char *w = strtok(words, " "); w; w = strtok(NULL, " ")) {
+        if (!strcmp(w, "i32")) p->targets = XENT_I32;
+        else if (!strcmp(w, "none")) p->reduction = XENT_REDUCE_NONE;
+        else if (!strcmp(w, "sum")) p->reduction = XENT_REDUCE_SUM;
+        else if (!strcmp(w, "weights")) p->has_weights = 1;
+        else if (!strcmp(w, "smoothing")) p->label_smoothing = 0.1f;
+        else if (!strcmp(w, "lse")) p->write_lse = 1;
+        else if (!strcmp(w, "strided")) p->row_stride = p->c + 64;
+        else ck_abort_msg("unknown kind word '%s'", w);
+    }
+}
 
 static void config_text(const char *text, const xent_problem *p, int sm, char *buf, size_t len) {
     xent_config cfg;
@@ -126,6 +155,7 @@ START_TEST(lookup_for_presented_gpu) {
     ship_h200(datadir, t->stale);
     xent_problem p;
     xent_problem_init(&p, t->n, t->c);
+    apply_kind(&p, t->kind);
     tc_key key;
     key_for(t->gpu, t->arch, t->sm, &p, &key);
     if (t->user) put_user(&key, t->user);
@@ -144,6 +174,100 @@ START_TEST(lookup_for_presented_gpu) {
     ck_assert_msg(!strcmp(got, want), "%s: config %s, want %s", t->name, got, want);
     if (t->note) ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
     else ck_assert_msg(a.note[0] == 0, "%s: note '%s'", t->name, a.note);
+}
+END_TEST
+
+/* The order of preference between entries of other kinds, in the user's
+ * cache of an h200 with no shipped cache: the problem's own kind at any
+ * shape, then the nearest kind, then the nearest shape; an entry whose
+ * config does not fit the problem is passed over. Each entry's config is
+ * distinct, so the answer names the entry. */
+typedef struct kind_entry {
+    const char *kind;
+    int64_t n, c;
+    const char *config;
+} kind_entry;
+
+typedef struct kind_case {
+    const char *name;
+    const char *kind;       /* the problem's (apply_kind) */
+    int64_t n, c;
+    kind_entry entries[3];  /* ended by a NULL config */
+    int want;               /* index of the entry that answers; -1: the heuristic */
+    const char *note;       /* in the note (NULL: no check) */
+} kind_case;
+
+#define CFG_A "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
+#define CFG_B "VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1"
+#define CFG_C "VEC=4 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"
+/* legal for reduction none only: unsplit rows under dynamic scheduling sum in no fixed order */
+#define CFG_DYN "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2"
+/* 32 rows of a warp staged in shared memory: only short strides fit */
+#define CFG_TILE "VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"
+
+static const kind_case kind_cases[] = {
+    {"own kind at any shape first", "sum", 1024, 4096,
+     {{"sum", 8, 100, CFG_A}, {"", 1024, 4096, CFG_B}}, 0, NULL},
+    {"mean before none for a sum", "sum", 1024, 4096,
+     {{"none", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, "answered by user 65536x4096 i64 mean"},
+    {"sum before none for a mean", "", 1024, 4096,
+     {{"none", 1024, 4096, CFG_A}, {"sum", 8, 100, CFG_B}}, 1, "answered by user 8x100 i64 sum"},
+    {"targets before reduction", "i32", 1024, 4096,
+     {{"i32 sum", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, "answered by user 65536x4096 i64 mean"},
+    {"lse before reduction", "lse", 1024, 4096,
+     {{"sum lse", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, NULL},
+    {"reduction before weights", "weights", 1024, 4096,
+     {{"", 1024, 4096, CFG_A}, {"sum weights", 65536, 4096, CFG_B}}, 1, "i64 sum weights"},
+    {"weights before none", "", 1024, 4096,
+     {{"none", 1024, 4096, CFG_A}, {"weights", 65536, 4096, CFG_B}}, 1, NULL},
+    {"none before smoothing", "", 1024, 4096,
+     {{"smoothing", 1024, 4096, CFG_A}, {"none", 65536, 4096, CFG_B}}, 1, NULL},
+    {"fewest differences", "weights smoothing", 1024, 4096,
+     {{"", 1024, 4096, CFG_A}, {"smoothing", 65536, 4096, CFG_B}}, 1, NULL},
+    {"then the nearest shape", "none", 8000, 4096,
+     {{"", 64, 4096, CFG_A}, {"", 8192, 4096, CFG_B}, {"", 1024, 4096, CFG_C}}, 1, NULL},
+    {"unfit passed over", "", 1024, 4096,
+     {{"none", 1024, 4096, CFG_DYN}, {"none lse", 65536, 4096, CFG_B}}, 1,
+     "user 1024x4096 i64 none (nearest): config does not fit: PERSIST=2"},
+    {"a tile passed over for long strides", "strided", 1024, 10,
+     {{"", 1024, 10, CFG_TILE}, {"i32", 1024, 10, CFG_C}}, 1, "config does not fit: TILE"},
+    {"a strided entry for contiguous rows", "", 1024, 10,
+     {{"strided", 1024, 10, CFG_TILE}}, 0, "answered by user 1024x10 i64 mean strided"},
+    {"every entry unfit: the heuristic", "", 1024, 4096,
+     {{"none", 1024, 4096, CFG_DYN}}, -1, "config does not fit"},
+};
+
+START_TEST(other_kinds_in_order) {
+    const kind_case *t = &kind_cases[_i];
+    setenv("XENT_TUNECACHE", tpath("user.db"), 1);
+    xent_problem p;
+    tc_key key;
+    for (int i = 0; i < 3 && t->entries[i].config; i++) {
+        const kind_entry *e = &t->entries[i];
+        xent_problem_init(&p, e->n, e->c);
+        apply_kind(&p, e->kind);
+        key_for("h200", 90, 132, &p, &key);
+        put_user(&key, e->config);
+    }
+    xent_problem_init(&p, t->n, t->c);
+    apply_kind(&p, t->kind);
+    if (p.row_stride != p.c) p.row_stride = 100000; /* strided here: rows far beyond what a tile holds */
+    key_for("h200", 90, 132, &p, &key);
+
+    xent_caches caches;
+    xent_caches_open(&caches, "h200", 90, 132, tpath("none"));
+    xent_config cfg;
+    tc_answer a;
+    xent_source src = xent_choose_config(&caches, &key, &p, &cfg, &a);
+    xent_caches_close(&caches);
+
+    char want[200], got[200];
+    config_text(t->want >= 0 ? t->entries[t->want].config : NULL, &p, 132, want, sizeof want);
+    xent_config_format(&cfg, got, sizeof got);
+    ck_assert_msg(src == (t->want >= 0 ? XENT_SOURCE_NEAREST : XENT_SOURCE_HEURISTIC), "%s: source %d (note: %s)",
+                  t->name, src, a.note);
+    ck_assert_msg(!strcmp(got, want), "%s: config %s, want %s (note: %s)", t->name, got, want, a.note);
+    if (t->note) ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
 }
 END_TEST
 
@@ -210,6 +334,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
     tcase_add_loop_test(tc, lookup_for_presented_gpu, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_loop_test(tc, arch_sibling_choice, 0, (int)(sizeof siblings / sizeof siblings[0]));
+    tcase_add_loop_test(tc, other_kinds_in_order, 0, (int)(sizeof kind_cases / sizeof kind_cases[0]));
     tcase_add_test(tc, describe_names_the_cache);
     suite_add_tcase(s, tc);
     return run_suite(s);

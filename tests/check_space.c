@@ -450,6 +450,116 @@ START_TEST(many_rows_fit_unsplit) {
 }
 END_TEST
 
+/* The heuristic's table (tools/heuristic-table.py over tunecache/h200.sql)
+ * answers with the tuned winner of each cell's entry, the chunk read at this
+ * dtype's vector width; other shapes of a cell take its knobs, few rows
+ * split by the rule, and a 16-bit dtype without entries of its own the
+ * other size's cell. The expected texts are the shipped winners where the
+ * shape is the cell's entry. */
+typedef struct heur_case {
+    int64_t n, c;
+    xent_dtype d;
+    const char *want;
+} heur_case;
+
+static const heur_case heur_cases[] = {
+    /* cells' own entries: the shipped winners */
+    {1048576, 10, XENT_F32, "VEC=2 TPR=1 BLOCK=512 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=3"},
+    {1048576, 100, XENT_F32, "VEC=4 TPR=4 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {65536, 4096, XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {16384, 50257, XENT_F32, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"},
+    {16, 262144, XENT_BF16, "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=16 PERSIST=2"},
+    {65536, 4096, XENT_BF16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* a shape between entries: its band's cell (fp16 reads the 2-byte cells) */
+    {65536, 8192, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {12288, 50257, XENT_BF16, "VEC=8 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"},
+    /* 8x50257's VEC=1 ITEMS=32 chunk is 128 bytes: ITEMS=8 at VEC=4 */
+    {8, 50257, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=8 PERSIST=1"},
+    /* few rows: 4 MB rows in 32 KB segments, 7 x 32 = 224 teams within 2 per SM */
+    {7, 1000003, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=32 PERSIST=0"},
+    /* bf16 at c = 100 has no entry: the fp32 cell's 128-byte chunk, as VEC=4 loads (rows 8-byte aligned) */
+    {1048576, 100, XENT_BF16, "VEC=4 TPR=4 BLOCK=128 ITEMS=16 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* tiny rows: a thread per row, staged in shared memory */
+    {3, 7, XENT_F32, "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
+    /* a cell's team is no wider than the row: 50 vectors in the c <= 2023 band's 128-thread cell */
+    {1, 400, XENT_BF16, "VEC=8 TPR=64 BLOCK=64 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+};
+
+START_TEST(heuristic_follows_the_table) {
+    const heur_case *t = &heur_cases[_i];
+    xent_problem p;
+    xent_config got, want;
+    char a[200], b[200], why[160];
+    xent_problem_init(&p, t->n, t->c);
+    p.logits = t->d;
+    xent_config_heuristic(&p, 132, &got);
+    ck_assert_msg(xent_config_parse(t->want, &want, why, sizeof why) == XENT_OK, "%s", why);
+    xent_config_format(&got, a, sizeof a);
+    xent_config_format(&want, b, sizeof b);
+    ck_assert_msg(!strcmp(a, b), "%lldx%lld dtype %d: %s, want %s", (long long)t->n, (long long)t->c, t->d, a, b);
+}
+END_TEST
+
+/* gen/space.c's table is what tools/heuristic-table.py derives from the
+ * shipped tunecache/h200.sql: a retuned cache without a regenerated table
+ * fails here (docs/cache.md, "How the heuristic is derived"). Skipped, with
+ * a line saying so, where there is no python3. */
+START_TEST(heuristic_table_is_derived_from_the_cache) {
+    if (system("command -v python3 > /dev/null 2>&1") != 0) {
+        fprintf(stderr, "heuristic table: no python3, not checked\n");
+        return;
+    }
+    int rc = system("python3 tools/heuristic-table.py tunecache/h200.sql --check gen/space.c > /dev/null");
+    ck_assert_msg(rc == 0, "gen/space.c's heuristic table differs from tools/heuristic-table.py's output "
+                           "(run it with --check gen/space.c to see how)");
+}
+END_TEST
+
+/* Row-count bands scale with the SM count: 100 rows are few on 132 SMs
+ * (split), not on 78 (an H20: one team a row). */
+START_TEST(heuristic_bands_follow_the_sm_count) {
+    xent_problem p;
+    xent_config c;
+    xent_problem_init(&p, 100, 262144);
+    xent_config_heuristic(&p, 132, &c);
+    ck_assert_int_gt(c.split, 1);
+    xent_config_heuristic(&p, 78, &c);
+    ck_assert_int_eq(c.split, 1);
+}
+END_TEST
+
+/* Every problem the random harness may draw gets a config that runs it:
+ * each dtype, reduction and option, n from 1 to 4M, c from 1 to 1M,
+ * strided rows among them (a tile cell whose stride does not fit falls
+ * back to the rule). */
+START_TEST(heuristic_fits_every_problem) {
+    static const int64_t ns[] = {1, 2, 7, 16, 100, 131, 132, 1000, 4223, 4224, 65536, 4194304};
+    static const int64_t cs[] = {1, 2, 3, 5, 10, 31, 32, 100, 255, 256, 317, 1000, 2024, 4096, 11449,
+                                 32000, 50257, 80286, 151936, 262144, 1000000};
+    char why[160];
+    int checked = 0;
+    for (int di = 0; di < 3; di++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+            for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++)
+                for (int v = 0; v < 4; v++) {
+                    xent_problem p;
+                    xent_config c;
+                    xent_problem_init(&p, ns[i], cs[j]);
+                    p.logits = dtypes[di];
+                    p.reduction = (xent_reduction)(v % 3);
+                    p.has_weights = v == 3;
+                    p.label_smoothing = v == 3 ? 0.1f : 0.0f;
+                    p.write_lse = v == 1;
+                    p.row_stride = v == 2 ? cs[j] + 4096 : cs[j];
+                    xent_config_heuristic(&p, 132, &c);
+                    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%lldx%lld dtype %d v%d: %s",
+                                  (long long)ns[i], (long long)cs[j], di, v, why);
+                    checked++;
+                }
+    ck_assert_int_eq(checked, 3 * 12 * 21 * 4);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("space");
     TCase *tc = tcase_create("space");
@@ -469,6 +579,10 @@ int main(void) {
     tcase_add_test(tc, dynamic_schedule_keeps_sums_reproducible);
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);
+    tcase_add_loop_test(tc, heuristic_follows_the_table, 0, (int)(sizeof heur_cases / sizeof heur_cases[0]));
+    tcase_add_test(tc, heuristic_bands_follow_the_sm_count);
+    tcase_add_test(tc, heuristic_table_is_derived_from_the_cache);
+    tcase_add_test(tc, heuristic_fits_every_problem);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

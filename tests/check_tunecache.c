@@ -485,7 +485,7 @@ END_TEST
 /* A lookup over user and shipped only, every fresh entry usable. */
 static int lookup2(tc_db *user, tc_db *ship, const tc_key *k, tc_answer *a)
 {
-    tc_stores st = { user, ship, NULL, "h200", NULL, NULL, NULL };
+    tc_stores st = { user, ship, NULL, "h200", NULL, NULL, NULL, 0 };
     return tc_lookup(&st, k, a);
 }
 
@@ -651,7 +651,7 @@ START_TEST(test_chain_skips_one_level_at_a_time)
 {
     tc_db *user = open_ok(":memory:"), *ship = open_ok(":memory:"), *arch = open_ok(":memory:");
     int calls = 0;
-    tc_stores st = { user, ship, arch, "h100", "h200", accept_good, &calls };
+    tc_stores st = { user, ship, arch, "h100", "h200", accept_good, &calls, 0 };
     tc_key k = mkkey(32768, 4096), sib = k;
     tc_answer a;
     strcpy(k.gpu, "h100");
@@ -708,7 +708,7 @@ END_TEST
 START_TEST(test_arch_level_relaxes_gpu_and_sms)
 {
     tc_db *arch = open_ok(":memory:");
-    tc_stores st = { NULL, NULL, arch, "h100", "h200", NULL, NULL };
+    tc_stores st = { NULL, NULL, arch, "h100", "h200", NULL, NULL, 0 };
     tc_key q = mkkey(32768, 4096), r;
     tc_answer a;
     strcpy(q.gpu, "h100");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py gradprofile
+#   grad gradtune py gradprofile random
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -10,7 +10,8 @@
 # tripled the 16-bit space (9630 a dtype, ~5.5 min expected at ~30 compiles a
 # second on 16 cores): one dtype a call (SWEEP_DTYPES), crosscheck ~1 min,
 # tune ~1.5 min, exhaustive 10-25 s a shape, sweep ~2.5 min at SWEEP_BUDGET=3,
-# bench ~1.5 min; a call has 10 min. XENT_TEST_SWEEP_EVERY=k runs every k-th config.
+# bench ~1.5 min; random ~3-4 min untuned (RANDOM_BUDGET=0), ~45 s a problem at
+# RANDOM_BUDGET=30 (estimates); a call has 10 min. XENT_TEST_SWEEP_EVERY=k runs every k-th config.
 set -uo pipefail
 OUT=${OUT:-/tmp/xent-out}
 mkdir -p "$OUT"
@@ -135,6 +136,19 @@ for s in "$@"; do
         stage "benchmark"
         datadir=$OUT; [ -f "$OUT/h200.sql" ] || datadir=$PWD/tunecache
         XENT_TUNECACHE=/nonexistent XENT_DATADIR="$datadir" run python3 bench/bench.py --out "$OUT/bench" ;;
+    random)
+        # xent on problems drawn at random (bench/random_problems.py): the floor, the
+        # untuned lookup over the shipped cache and (RANDOM_BUDGET > 0) each problem's own
+        # tune, into $OUT/random/. RANDOM_ONLY=i..j measures a piece of the draw (one call
+        # fits 40 problems untuned, ~10 at RANDOM_BUDGET=30, ~20 at 10); merge the
+        # pieces' random.json with --merge. The tuned cache stays in /tmp/xent-random.
+        # RANDOM_FIXED=1 (default) appends the issue's 8 fixed problems as 40..47.
+        stage "random problems ${RANDOM_ONLY:-all} (budget ${RANDOM_BUDGET:-30})"
+        tune=(--budget "${RANDOM_BUDGET:-30}"); [ "${RANDOM_BUDGET:-30}" = 0 ] && tune=(--no-tune)
+        XENT_DATADIR="${RANDOM_DATADIR:-$PWD/tunecache}" run python3 bench/random_problems.py \
+            --seed "${RANDOM_SEED:-12}" --problems "${RANDOM_PROBLEMS:-40}" ${RANDOM_ONLY:+--only "$RANDOM_ONLY"} \
+            $([ "${RANDOM_FIXED:-1}" = 1 ] && echo --with-fixed) \
+            "${tune[@]}" --out "$OUT/random" ;;
     ab)
         # each build of build/variants (tools/ab-build.sh), interleaved, AB_REPS
         # times. fp32 AB_SHAPES: xent-example's back-to-back time (200 calls on

@@ -46,11 +46,12 @@ struct tc_db {
 
 /* Parameters ?1..?11 follow KEY_COLS; nearest leaves ?9 (n) and ?10 (c) unused.
  * A NULL gpu (?1) or sm_count (?3) matches any: the architecture level of a
- * lookup relaxes both. */
+ * lookup relaxes both. A NULL targets (?6), reduction (?7) or options (?8)
+ * matches any too: the relaxed-key levels (key_dist) take them all. */
 #define WHERE_FAMILY "(?1 IS NULL OR gpu = ?1) AND arch = ?2 AND " \
-                     "(?3 IS NULL OR sm_count = ?3) AND family = ?4 AND " \
-                     "logits = ?5 AND targets = ?6 AND reduction = ?7 AND options = ?8 " \
-                     "AND template_version = ?11"
+                     "(?3 IS NULL OR sm_count = ?3) AND family = ?4 AND logits = ?5 AND " \
+                     "(?6 IS NULL OR targets = ?6) AND (?7 IS NULL OR reduction = ?7) AND " \
+                     "(?8 IS NULL OR options = ?8) AND template_version = ?11"
 #define WHERE_EXACT WHERE_FAMILY " AND n = ?9 AND c = ?10"
 #define ORDER_KEY " ORDER BY gpu, family, logits, targets, n, c, arch, sm_count, " \
                   "reduction, options, template_version"
@@ -551,12 +552,56 @@ static double shape_dist(const tc_key *k, int64_t n, int64_t c)
     return dn * dn + dc * dc;
 }
 
+void tc_kind_text(const tc_key *k, char *buf, size_t len)
+{
+    static const char *reductions[] = { "none", "sum", "mean" };
+    static const struct { int bit; const char *name; } opts[] = {
+        { TC_OPT_WEIGHTS, "weights" }, { TC_OPT_SMOOTHING, "smoothing" }, { TC_OPT_LSE, "lse" },
+        { TC_OPT_STRIDED, "strided" }, { TC_OPT_ZLOSS, "zloss" }, { TC_OPT_SOFTCAP, "softcap" },
+        { TC_OPT_SHARD, "shard" },
+    };
+    size_t used = (size_t)snprintf(buf, len, "%s %s", k->targets == XENT_I64 ? "i64" : "i32",
+                                   k->reduction >= 0 && k->reduction <= 2 ? reductions[k->reduction] : "?");
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if ((k->options & opts[i].bit) && used < len)
+            used += (size_t)snprintf(buf + used, len - used, " %s", opts[i].name);
+}
+
+/* How far an entry's problem kind is from the query's, 0 when the same:
+ * the cost of each difference in what a kernel does beside reading the
+ * rows. A target's width is one load a row, the lse one store a row; sum
+ * and mean differ only in the last block's division; strided rows change
+ * their alignment and class weights add a load a row; none stores a loss a
+ * row instead of summing in every block; smoothing adds side sums to every
+ * chunk, registers included. The costs of the differences add up. */
+static int key_dist(const tc_key *q, const tc_key *k)
+{
+    int d = 0, diff = q->options ^ k->options;
+    if (q->targets != k->targets)
+        d += 1;
+    if (diff & TC_OPT_LSE)
+        d += 1;
+    if (q->reduction != k->reduction)
+        d += q->reduction == XENT_REDUCE_NONE || k->reduction == XENT_REDUCE_NONE ? 8 : 2;
+    if (diff & TC_OPT_STRIDED)
+        d += 4;
+    if (diff & TC_OPT_WEIGHTS)
+        d += 4;
+    if (diff & TC_OPT_SMOOTHING)
+        d += 16;
+    /* the training options change the kernel family, never relaxed; counted for completeness */
+    if (diff & (TC_OPT_ZLOSS | TC_OPT_SOFTCAP | TC_OPT_SHARD))
+        d += 64;
+    return d;
+}
+
 /* ---- lookup ------------------------------------------------------------- */
 
 /* A row a lookup may answer with. */
 typedef struct cand {
     tc_key k;            /* the row's key, with its stamps */
     tc_entry e;
+    int kd;              /* key_dist to the query (0: the same problem kind) */
     double d;            /* shape distance to the query (0: exact) */
     int store;           /* which store of the level: on a tie the first wins */
     int dsm;             /* |SM count - the query's| */
@@ -581,8 +626,9 @@ static int push(tc_db *db, cands *cs, const cand *c)
 }
 
 /* The rows of db with key's identity but for the shape (exact: and its
- * shape too); relaxed: of any GPU and SM count as well. */
-static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int store, cands *cs)
+ * shape too); relaxed: of any GPU and SM count as well; any_kind: of any
+ * targets, reduction and options as well. */
+static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any_kind, int store, cands *cs)
 {
     sqlite3_stmt *st;
     int rc = prepare(db, exact ? "SELECT " ROW_COLS " FROM tune WHERE " WHERE_EXACT
@@ -595,11 +641,15 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int sto
         sqlite3_bind_null(st, 1);
         sqlite3_bind_null(st, 3);
     }
+    if (any_kind)
+        for (int p = 6; p <= 8; p++)
+            sqlite3_bind_null(st, p);
     int s = SQLITE_DONE;
     while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
         cand c;
         memset(&c, 0, sizeof c);
         rc = read_row(db, st, &c.k, &c.e);
+        c.kd = key_dist(key, &c.k);
         c.d = exact ? 0.0 : shape_dist(key, c.k.n, c.k.c);
         c.store = store;
         c.dsm = abs(c.k.sm_count - key->sm_count);
@@ -612,12 +662,15 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int sto
     return rc;
 }
 
-/* Nearest shape, then the first store, then the nearest SM count; the
- * rest only makes the order total (smaller n, then smaller c, first). */
+/* Nearest problem kind, nearest shape, then the first store, then the
+ * nearest SM count; the rest only makes the order total (smaller n, then
+ * smaller c, then the key's fields, first). */
 static int cmp_cand(const void *pa, const void *pb)
 {
     const cand *a = pa, *b = pb;
     int g;
+    if (a->kd != b->kd)
+        return a->kd - b->kd;
     if (a->d != b->d)
         return a->d < b->d ? -1 : 1;
     if (a->store != b->store)
@@ -628,7 +681,13 @@ static int cmp_cand(const void *pa, const void *pb)
         return g;
     if (a->k.n != b->k.n)
         return a->k.n < b->k.n ? -1 : 1;
-    return (a->k.c > b->k.c) - (a->k.c < b->k.c);
+    if (a->k.c != b->k.c)
+        return a->k.c < b->k.c ? -1 : 1;
+    if (a->k.reduction != b->k.reduction)
+        return a->k.reduction - b->k.reduction;
+    if (a->k.options != b->k.options)
+        return a->k.options - b->k.options;
+    return a->k.targets - b->k.targets;
 }
 
 int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int64_t *c_found)
@@ -641,7 +700,7 @@ int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int6
     if (!e || key->n <= 0 || key->c <= 0)
         return fail(db, XENT_EINVAL, "no entry to fill, or shape not positive");
     cands cs = { NULL, 0, 0 };
-    rc = collect(db, key, 0, 0, 0, &cs);
+    rc = collect(db, key, 0, 0, 0, 0, &cs);
     if (rc == XENT_OK)
         qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
     size_t i = 0;
@@ -665,7 +724,7 @@ typedef struct level {
     int from;
     tc_db *db[2];
     const char *name[2];
-    int exact, relaxed;
+    int exact, relaxed, any_kind;
 } level;
 
 /* How many passed-over entries of one level are described; the rest are counted. */
@@ -687,11 +746,14 @@ static void note_add(tc_answer *a, const char *fmt, ...)
 
 /* Rows a higher level already tried: the nearest level leaves out the exact
  * shape, the architecture level this GPU's own rows when it searches the
- * shipped store again (a GPU whose own file holds other SM counts). */
+ * shipped store again (a GPU whose own file holds other SM counts), a
+ * relaxed-key level the rows of the query's own kind. */
 static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, const cand *c)
 {
+    if (lv->any_kind && c->kd == 0) /* the same kind's level of these stores came first */
+        return 1;
     if (lv->from == TC_FROM_NEAREST)
-        return c->k.n == key->n && c->k.c == key->c;
+        return !lv->any_kind && c->k.n == key->n && c->k.c == key->c;
     if (lv->from == TC_FROM_ARCH)
         return lv->db[0] == s->shipped && !strcmp(c->k.gpu, key->gpu) && c->k.sm_count == key->sm_count;
     return 0;
@@ -702,7 +764,7 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
                 tc_answer *a)
 {
     static const char *suffix[] = { "", "", " (nearest)", "", "", " (arch)" };
-    char why[300];
+    char why[300], kind[96];
     size_t passed = 0;
     for (size_t i = 0; i < cs->n; i++) {
         const cand *c = &cs->v[i];
@@ -716,11 +778,22 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
             a->from = lv->from;
             snprintf(a->cache, sizeof a->cache, "%s", name);
             a->n = c->k.n, a->c = c->k.c;
+            a->targets = c->k.targets, a->reduction = c->k.reduction, a->options = c->k.options;
+            if (c->kd) {
+                char kind[96];
+                tc_kind_text(&c->k, kind, sizeof kind);
+                note_add(a, "answered by %s %lldx%lld %s (another kind)", name, (long long)c->k.n,
+                         (long long)c->k.c, kind);
+            }
             break;
         }
-        if (++passed <= NOTED_PER_LEVEL)
-            note_add(a, "%s %lldx%lld%s: %s", name, (long long)c->k.n, (long long)c->k.c,
+        if (++passed <= NOTED_PER_LEVEL) {
+            kind[0] = '\0';
+            if (c->kd)
+                tc_kind_text(&c->k, kind + 1, sizeof kind - 1), kind[0] = ' ';
+            note_add(a, "%s %lldx%lld%s%s: %s", name, (long long)c->k.n, (long long)c->k.c, kind,
                      suffix[lv->from], why);
+        }
     }
     if (passed > NOTED_PER_LEVEL)
         note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from]);
@@ -736,7 +809,7 @@ static int try_level(const level *lv, const tc_stores *s, const tc_key *key, tc_
     for (int i = 0; i < 2; i++) {
         if (!lv->db[i])
             continue;
-        int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, i, &cs);
+        int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, lv->any_kind, i, &cs);
         if (rc != XENT_OK) {
             note_add(a, "%s", tc_errmsg(lv->db[i]));
             if (*err == XENT_ENOTFOUND)
@@ -762,12 +835,16 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
     const char *ship = s->shipped_name ? s->shipped_name : "shipped";
     const char *arch = s->arch_name ? s->arch_name : "arch";
     int shaped = key->n > 0 && key->c > 0;
+    int kinds = shaped && s->any_kind;
     const level levels[] = {
-        { TC_FROM_USER, { s->user, NULL }, { "user", NULL }, 1, 0 },
-        { TC_FROM_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0 },
+        { TC_FROM_USER, { s->user, NULL }, { "user", NULL }, 1, 0, 0 },
+        { TC_FROM_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0, 0 },
         { TC_FROM_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
-          { "user", ship }, 0, 0 },
-        { TC_FROM_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1 },
+          { "user", ship }, 0, 0, 0 },
+        { TC_FROM_NEAREST, { kinds ? s->user : NULL, kinds ? s->shipped : NULL },
+          { "user", ship }, 0, 0, 1 },
+        { TC_FROM_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 0 },
+        { TC_FROM_ARCH, { kinds ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 1 },
     };
     int err = XENT_ENOTFOUND;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)

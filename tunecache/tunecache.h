@@ -97,6 +97,8 @@ typedef struct tc_stores {
     const char *shipped_name, *arch_name; /* their GPU keys, for answers and notes */
     tc_accept_fn accept;     /* NULL: every fresh entry is usable */
     void *arg;
+    int any_kind;            /* nonzero: entries of another targets type, reduction or options may
+                                answer, after those of the query's own (tc_lookup, levels 3b, 4b) */
 } tc_stores;
 
 typedef struct tc_answer {
@@ -104,6 +106,7 @@ typedef struct tc_answer {
     int from;                /* TC_FROM_* */
     char cache[32];          /* the store that answered: "user" or a shipped cache's GPU key */
     int64_t n, c;            /* the answering entry's shape */
+    int targets, reduction, options; /* and its problem kind */
     char note[768];          /* each entry passed over on the way, and why */
 } tc_answer;
 
@@ -111,12 +114,24 @@ typedef struct tc_answer {
  * nothing usable, and every entry passed over noted in a->note:
  *   1. the exact entry in user, 2. the exact entry in shipped,
  *   3. the nearest shape in user or shipped (user's on a tie),
+ *   3b. with s->any_kind, in user or shipped, an entry of another targets
+ *      type, reduction or options: the nearest kind (key_dist in
+ *      tunecache.c: targets and lse nearest, then sum for mean, strides and
+ *      weights, none for a sum, smoothing farthest), then the nearest shape;
+ *      a note names the entry that answered,
  *   4. in arch, the entry of the same architecture, any GPU and SM count,
- *      with the nearest shape (an exact one first), then the nearest SM count.
+ *      with the nearest shape (an exact one first), then the nearest SM count,
+ *   4b. with s->any_kind, the same in arch for another kind, as 3b.
+ * Entries of another kind answer only when accepted for the query's problem
+ * (the runtime checks that the config fits it: a PERSIST=2 config of
+ * reduction none is refused for a mean).
  * An entry is passed over when stale (tc_stale) or not accepted. XENT_OK with
  * a filled; XENT_ENOTFOUND (a->from = TC_FROM_NONE) when no level answered;
  * a store's error (XENT_ECACHE) when nothing answered and a store failed. */
 int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a);
+
+/* "i64 mean weights lse": the problem kind of a key, for notes. */
+void tc_kind_text(const tc_key *k, char *buf, size_t len);
 
 /* Record one measured candidate (status: "ok", "wrong", "compile-error", "pruned", ...). */
 int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, double gbps,
