@@ -1241,6 +1241,19 @@ START_TEST(test_import_validates_values)
 }
 END_TEST
 
+/* A config is judged by its family's rules: two bf16 chunks of 512 threads
+ * are legal for xent_grad (PREFETCH) and not for xent_fwd. */
+#define GRAD_CFG "'VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1'"
+START_TEST(test_import_family_rules)
+{
+    tc_db *db = open_ok(":memory:");
+    ck_assert_int_eq(tc_import(db, ROW("'h200', 90, 132, 'xent_grad/fused', 2", GOOD_TAIL(GRAD_CFG, "1.5", "2.5")),
+                               NULL), XENT_OK);
+    tc_close(db);
+    assert_import_refused(ROW("'h200', 90, 132, 'xent_fwd', 2", GOOD_TAIL(GRAD_CFG, "1.5", "2.5")), "not legal");
+}
+END_TEST
+
 /* A small text whose statement runs for ever is stopped, and changes nothing. */
 START_TEST(test_import_bounded_work)
 {
@@ -1533,7 +1546,7 @@ static Suite *tunecache_suite(void)
         { "io", 60, test_export_gpu_filter },
         { "io", 60, test_import_malformed },           { "io", 60, test_import_refuses_other_statements },
         { "io", 60, test_import_blank_and_comments },  { "io", 60, test_import_file },
-        { "import", 20, test_import_validates_values }, { "import", 20, test_import_bounded_work },
+        { "import", 20, test_import_validates_values }, { "import", 20, test_import_family_rules }, { "import", 20, test_import_bounded_work },
         { "import", 20, test_import_file_bounds },
         { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
         { "env", 60, test_user_path },

@@ -1213,7 +1213,8 @@ static int check_config(tc_db *db, sqlite3_stmt *st, int row)
     const char *text = (const char *)sqlite3_column_text(st, CFG_COL);
     if (xent_config_parse(text, &cfg, why, sizeof why) != XENT_OK)
         return bad_row(db, row, "config '%.160s': %s", text, why);
-    if (!xent_config_legal(&cfg, (xent_dtype)sqlite3_column_int(st, 4), why, sizeof why))
+    xent_family fam = xent_family_named((const char *)sqlite3_column_text(st, 3));
+    if (!xent_config_legal_for(&cfg, fam, (xent_dtype)sqlite3_column_int(st, 4), why, sizeof why))
         return bad_row(db, row, "config '%.160s' is not legal for its logits: %s", text, why);
     return XENT_OK;
 }
