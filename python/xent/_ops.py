@@ -111,6 +111,12 @@ def _describe_key(key):
     return ", ".join("%s=%s" % kv for kv in zip(names, key))
 
 
+# The current stream's handle without building a torch.cuda.Stream object (a few µs a launch); the
+# private call is the one torch's own compiled kernels use, with the public one where it is missing.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
 def _ptr(t):
     return t.data_ptr() if t is not None else None
 
@@ -128,8 +134,7 @@ def _launch(device, key, logits=None, targets=None, weights=None, loss=None, lse
     a.grad = _ptr(grad)
     a.dloss = _ptr(dloss)
     a.stats = _ptr(stats)
-    stream = torch.cuda.current_stream(index).cuda_stream
-    rc = xe._lib.xent_plan_launch(h, ctypes.c_void_p(stream), ctypes.byref(a))
+    rc = xe._lib.xent_plan_launch(h, ctypes.c_void_p(_raw_stream(index)), ctypes.byref(a))
     if rc:
         xe._check(rc, "xent_plan_launch")
 
