@@ -36,9 +36,8 @@ enum xent_status {
     XENT_ENOMEM = 6,        /**< host or device memory allocation failed */
     XENT_ECACHE = 7,        /**< the tune cache could not be read or written */
     XENT_EBADTARGET = 8,    /**< a kernel saw a target outside [0, c) that is not ignore_index */
-    XENT_EUNSUPPORTED = 9,  /**< the problem is valid but this build cannot run it */
-    XENT_ENOTFOUND = 10,    /**< a looked-up entry does not exist */
-    XENT_EWRONGRESULT = 11  /**< a kernel's result disagreed with the reference (tuner) */
+    /* 9 is not used: the codes keep their values across versions */
+    XENT_ENOTFOUND = 10     /**< a looked-up entry does not exist */
 };
 
 /** Element type of the logits. */
