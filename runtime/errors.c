@@ -1,9 +1,11 @@
-/* runtime/errors.c — status texts, failure messages and problem checks. */
+/* runtime/errors.c — the version, status texts, failure messages and problem checks. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
+
+int xent_version(void) { return XENT_VERSION; }
 
 const char *xent_errstr(int rc) {
     switch (rc) {

@@ -51,7 +51,8 @@ except ImportError:  # pragma: no cover - lets the layout checks run without tor
 
 __all__ = [
     "Xent", "Plan", "XentError", "Problem", "Args", "DeviceInfo", "load_library",
-    "default_library_path", "library_candidates", "default_datadir", "plan_source", "plan_describe",
+    "default_library_path", "library_candidates", "default_datadir", "library_version", "plan_source",
+    "plan_describe",
     "check_layout", "XENT_OK", "XENT_EINVAL", "XENT_EBADTARGET", "XENT_ENOTFOUND", "SOURCE_NAMES",
     "XENT_OP_FORWARD", "XENT_OP_FUSED", "XENT_OP_BACKWARD", "XENT_OP_COMBINE", "XENT_OP_RESCALE",
 ]
@@ -226,6 +227,7 @@ def load_library(path=None):
     lib = ctypes.CDLL(path)
     P, I, S, V = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
     sigs = {
+        "xent_version": (I, []),
         "xent_errstr": (V, [I]),
         "xent_problem_init": (None, [ctypes.POINTER(Problem), ctypes.c_int64, ctypes.c_int64]),
         "xent_problem_check": (I, [ctypes.POINTER(Problem), ctypes.c_char_p, S]),
@@ -248,6 +250,12 @@ def load_library(path=None):
         fn.argtypes = argtypes
     _libs[path] = lib
     return lib
+
+
+def library_version(lib=None):
+    """The loaded library's version as "major.minor.patch" (xent_version())."""
+    v = (lib or load_library()).xent_version()
+    return "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
 
 
 def errstr(rc, lib=None):
