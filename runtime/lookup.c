@@ -144,7 +144,7 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
                                tc_answer *a) {
     fit_arg f = {p, cfg};
     tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f};
-    if (tc_lookup(&s, key, a) == XENT_OK) return (xent_source)a->from; /* usable() left cfg parsed */
+    if (tc_lookup(&s, key, a) == XENT_OK) return a->from; /* usable() left cfg parsed */
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);
     return XENT_SOURCE_HEURISTIC;

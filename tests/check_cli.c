@@ -31,10 +31,10 @@
 #include <unistd.h>
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
+#include "tools/xent-tune.h"
 
 /* ---- running the tool -------------------------------------------------- */
 
-enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_ARGS 64
 #define QUICK_S 30      /* time limit of a command that needs no compiler */
 #define COMPILE_S 240   /* time limit of a --compile-only run */

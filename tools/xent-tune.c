@@ -6,8 +6,7 @@
  *   xent-tune --compile-only --arch sm_90 ...       compile candidates (no GPU)
  *   xent-tune show | export --gpu h200 | import FILE
  *
- * Exit status: 0 done, 2 bad usage, 3 no driver/device or the wrong GPU,
- * 4 tune-cache error, 1 any other failure.
+ * Exit status: 0 done, 1 a failure, else one of tools/xent-tune.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,10 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/files.h"
 #include "gen/gen.h"
+#include "tools/xent-tune.h"
 #include "tune/tune.h"
 
-enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_SHAPES 4096
 #define MAX_GIVEN 64
 
@@ -319,24 +319,13 @@ static int parse_args(cli *o, int argc, char **argv) {
 
 /* ---- the tune cache ---- */
 
-static void make_parent_dirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-}
-
 /* The environment variable tc_user_path took the path from, for messages. */
 static const char *user_path_source(void) {
-    const char *v = getenv("XENT_TUNECACHE"), *x = getenv("XDG_CACHE_HOME");
+    const char *v = getenv("XENT_TUNECACHE"), *from;
+    char home[4096];
     if (v && *v) return "XENT_TUNECACHE";
-    if (x && x[0] == '/') return "XDG_CACHE_HOME";
-    v = getenv("HOME");
-    return v && *v ? "HOME" : NULL;
+    xent_cache_home(home, sizeof home, &from);
+    return from;
 }
 
 static int cache_path(const cli *o, char *path, size_t len) {
@@ -360,7 +349,7 @@ static int open_db(const cli *o, int readonly, tc_db **db) {
     char path[4096], err[1024];
     int rc = cache_path(o, path, sizeof path);
     if (rc) return rc;
-    if (!readonly) make_parent_dirs(path);
+    if (!readonly) xent_mkdirs(path, 0);
     if (tc_open(path, readonly, db, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return EXIT_CACHE;

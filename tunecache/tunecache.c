@@ -7,6 +7,7 @@
  */
 #include "tunecache.h"
 
+#include "common/files.h"
 #include "gen/space.h"
 #include "xent.h"
 
@@ -662,7 +663,7 @@ int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int6
 
 /* One level of the chain: its stores (up to two, in preference order). */
 typedef struct level {
-    int from;
+    xent_source from;
     tc_db *db[2];
     const char *name[2];
     int exact, relaxed;
@@ -690,9 +691,9 @@ static void note_add(tc_answer *a, const char *fmt, ...)
  * shipped store again (a GPU whose own file holds other SM counts). */
 static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, const cand *c)
 {
-    if (lv->from == TC_FROM_NEAREST)
+    if (lv->from == XENT_SOURCE_NEAREST)
         return c->k.n == key->n && c->k.c == key->c;
-    if (lv->from == TC_FROM_ARCH)
+    if (lv->from == XENT_SOURCE_ARCH)
         return lv->db[0] == s->shipped && !strcmp(c->k.gpu, key->gpu) && c->k.sm_count == key->sm_count;
     return 0;
 }
@@ -701,7 +702,9 @@ static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, c
 static int pick(const level *lv, const tc_stores *s, const tc_key *key, const cands *cs,
                 tc_answer *a)
 {
-    static const char *suffix[] = { "", "", " (nearest)", "", "", " (arch)" };
+    static const char *suffix[XENT_SOURCE_ARCH + 1] = {
+        [XENT_SOURCE_NEAREST] = " (nearest)", [XENT_SOURCE_ARCH] = " (arch)"
+    };
     char why[300];
     size_t passed = 0;
     for (size_t i = 0; i < cs->n; i++) {
@@ -720,10 +723,11 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
         }
         if (++passed <= NOTED_PER_LEVEL)
             note_add(a, "%s %lldx%lld%s: %s", name, (long long)c->k.n, (long long)c->k.c,
-                     suffix[lv->from], why);
+                     suffix[lv->from] ? suffix[lv->from] : "", why);
     }
     if (passed > NOTED_PER_LEVEL)
-        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from]);
+        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL,
+                 suffix[lv->from] ? suffix[lv->from] : "");
     return a->from == lv->from;
 }
 
@@ -754,7 +758,7 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
     if (!a)
         return XENT_EINVAL;
     memset(a, 0, sizeof *a);
-    a->from = TC_FROM_NONE;
+    a->from = XENT_SOURCE_HEURISTIC;
     if (!s || !key || !terminated(key->gpu, sizeof key->gpu)
         || !terminated(key->family, sizeof key->family)
         || !terminated(key->template_hash, sizeof key->template_hash))
@@ -763,11 +767,11 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
     const char *arch = s->arch_name ? s->arch_name : "arch";
     int shaped = key->n > 0 && key->c > 0;
     const level levels[] = {
-        { TC_FROM_USER, { s->user, NULL }, { "user", NULL }, 1, 0 },
-        { TC_FROM_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0 },
-        { TC_FROM_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
+        { XENT_SOURCE_USER_DB, { s->user, NULL }, { "user", NULL }, 1, 0 },
+        { XENT_SOURCE_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0 },
+        { XENT_SOURCE_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
           { "user", ship }, 0, 0 },
-        { TC_FROM_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1 },
+        { XENT_SOURCE_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1 },
     };
     int err = XENT_ENOTFOUND;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
@@ -1313,30 +1317,17 @@ int tc_import_file(tc_db *db, const char *path, int *rows)
 
 /* ---- user path ----------------------------------------------------------- */
 
-static const char *env(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
 int tc_user_path(char *buf, size_t len)
 {
-    const char *v;
-    int n;
+    const char *v = getenv("XENT_TUNECACHE");
+    char home[4096];
+    int n = -1;
     if (!buf || len == 0)
         return XENT_EINVAL;
-    /* The XDG spec says a relative XDG_CACHE_HOME is invalid and to ignore it. */
-    const char *xdg = env("XDG_CACHE_HOME");
-    if (xdg && xdg[0] != '/')
-        xdg = NULL;
-    if ((v = env("XENT_TUNECACHE")))
+    if (v && *v)
         n = snprintf(buf, len, "%s", v);
-    else if (xdg)
-        n = snprintf(buf, len, "%s/xent/tune.db", xdg);
-    else if ((v = env("HOME")))
-        n = snprintf(buf, len, "%s/.cache/xent/tune.db", v);
-    else
-        n = -1;
+    else if (xent_cache_home(home, sizeof home, NULL) == XENT_OK)
+        n = snprintf(buf, len, "%s/tune.db", home);
     if (n < 0 || (size_t)n >= len) {
         buf[0] = '\0';
         return XENT_EINVAL;
