@@ -86,7 +86,7 @@ $(BUILD)/libxent-tune.a: $(TUNE_OBJ)
 $(BUILD)/xent.pc: tools/xent.pc.in $(BUILD)/prefix include/xent.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIB@|$(CUDA)/lib64|' $< > $@
 
-$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent-tune.a $(BUILD)/libxent.a
+$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/tools/json.o $(BUILD)/libxent-tune.a $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The example is the program a user copies: compiled with the public header

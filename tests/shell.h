@@ -49,13 +49,13 @@ static void shell_check(const shell_case *c) {
     setenv("T", tmpdir, 1);
     int code = shell_run(c->cmd, out, sizeof out);
     if (c->code == SHELL_ANY_FAILURE)
-        ck_assert_msg(code != 0, "%s: exited 0, expected a failure\n$ %s\n%s", c->name, c->cmd, out);
+        ck_assert_msg(code != 0, "%s: exited 0, expected a failure\n$ %s\n%.4000s", c->name, c->cmd, out);
     else
-        ck_assert_msg(code == c->code, "%s: exit status %d, expected %d\n$ %s\n%s", c->name, code, c->code, c->cmd,
+        ck_assert_msg(code == c->code, "%s: exit status %d, expected %d\n$ %s\n%.4000s", c->name, code, c->code, c->cmd,
                       out);
-    if (c->want) ck_assert_msg(strstr(out, c->want), "%s: output lacks '%s'\n$ %s\n%s", c->name, c->want, c->cmd, out);
+    if (c->want) ck_assert_msg(strstr(out, c->want), "%s: output lacks '%s'\n$ %s\n%.4000s", c->name, c->want, c->cmd, out);
     if (c->reject)
-        ck_assert_msg(!strstr(out, c->reject), "%s: output holds '%s'\n$ %s\n%s", c->name, c->reject, c->cmd, out);
+        ck_assert_msg(!strstr(out, c->reject), "%s: output holds '%s'\n$ %s\n%.4000s", c->name, c->reject, c->cmd, out);
 }
 
 static void shell_make_tmpdir(void) {
