@@ -363,15 +363,20 @@ static const char *dtype_name(int d) { return d == XENT_F32 ? "f32" : d == XENT_
 static const char *red_name(int r) { return r == XENT_REDUCE_NONE ? "none" : r == XENT_REDUCE_SUM ? "sum" : "mean"; }
 static const char *targets_name(int t) { return t == XENT_I64 ? "i64" : "i32"; }
 
+/* The fields a problem and a tune-cache key share, named alike in both. */
+static void json_shape(json *j, int64_t n, int64_t c, int logits, int targets, int reduction) {
+    json_int(j, "n", n);
+    json_int(j, "c", c);
+    json_string(j, "dtype", dtype_name(logits));
+    json_string(j, "targets", targets_name(targets));
+    json_string(j, "reduction", red_name(reduction));
+}
+
 /* A problem as --json writes it: every field that selects a kernel. */
 static void json_problem(json *j, const char *key, const xent_problem *p) {
     static const char *ops[] = {"forward", "fused", "backward", "combine", "rescale"};
     json_object(j, key);
-    json_int(j, "n", p->n);
-    json_int(j, "c", p->c);
-    json_string(j, "dtype", dtype_name(p->logits));
-    json_string(j, "targets", targets_name(p->targets));
-    json_string(j, "reduction", red_name(p->reduction));
+    json_shape(j, p->n, p->c, p->logits, p->targets, p->reduction);
     json_int(j, "ignore_index", p->ignore_index);
     json_number(j, "label_smoothing", p->label_smoothing);
     json_bool(j, "weights", p->has_weights);
@@ -393,12 +398,8 @@ static void show_json_row(json *j, const tc_key *k, const tc_entry *e) {
     json_int(j, "arch", k->arch);
     json_int(j, "sm_count", k->sm_count);
     json_string(j, "family", k->family);
-    json_string(j, "dtype", dtype_name(k->logits));
-    json_string(j, "targets", targets_name(k->targets));
-    json_string(j, "reduction", red_name(k->reduction));
+    json_shape(j, k->n, k->c, k->logits, k->targets, k->reduction);
     json_int(j, "options", k->options);
-    json_int(j, "n", k->n);
-    json_int(j, "c", k->c);
     json_number(j, "us", e->us);
     json_number(j, "gbps", e->gbps);
     json_string(j, "config", e->config);
