@@ -16,8 +16,8 @@ XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -fvisibility=hidden -pthre
 # fixed at build time; RPATH=$(CUDA)/lib64 records one where that search
 # does not know CUDA's folder.
 RPATH ?=
-LIBS := -L$(CUDA)/lib64 $(if $(RPATH),-Wl$(comma)-rpath$(comma)$(RPATH)) -lnvrtc -lsqlite3 -ldl -lpthread -lm
 comma := ,
+LIBS := -L$(CUDA)/lib64 $(if $(RPATH),-Wl$(comma)-rpath$(comma)$(RPATH)) -lnvrtc -lsqlite3 -ldl -lpthread -lm
 # Check is linked statically so test binaries also run where Check is not installed.
 CHECK_LIBS := -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lrt
 
@@ -91,7 +91,7 @@ $(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/tools/json.o $(BUILD)/li
 
 # The example is the program a user copies: compiled with the public header
 # alone on its include path, so that it cannot use the library's insides.
-$(BUILD)/tools/example.o: tools/example.c include/xent.h
+$(BUILD)/tools/example.o: tools/example.c include/xent.h $(BUILD)/flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -I$(CUDA)/include -c $< -o $@
 
@@ -116,7 +116,8 @@ CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out 
 test: $(CPU_RUNS)
 $(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/xent.pc
 	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; t0=$$(date +%s); \
-	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune XENT_BUILD=$(BUILD) XENT_RPATH=$(RPATH) $< > $$log 2>&1; rc=$$?; \
+	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune XENT_BUILD=$(BUILD) XENT_RPATH=$(RPATH) \
+	XENT_LINK_FLAGS='$(CFLAGS) $(LDFLAGS)' $< > $$log 2>&1; rc=$$?; \
 	echo "== $< ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
 
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.

@@ -5,7 +5,9 @@
  * pkg-config's description builds a program that reports the version.
  *
  * Run from the repository root (as `make test` does). XENT_BUILD is the build
- * folder (default build); XENT_RPATH the RUNPATH the build was asked for.
+ * folder (default build); XENT_RPATH the RUNPATH the build was asked for;
+ * XENT_LINK_FLAGS the flags the build compiled and linked with (a sanitizer's
+ * library needs its runtime in the program too).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,12 +53,12 @@ static const shell_case cases[] = {
     {"pkg-config knows xent's version",
      "test \"$(" PKG_CONFIG "--modversion xent)\" = \"$XENT_VERSION_TEXT\"", 0, NULL, NULL},
     {"a program built with pkg-config's flags runs and reports the version",
-     USER_PROGRAM "cc -std=c99 -Wall -Wextra -pedantic -Werror -o \"$T/user\" \"$T/user.c\" "
+     USER_PROGRAM "cc $XENT_LINK_FLAGS -std=c99 -Wall -Wextra -pedantic -Werror -o \"$T/user\" \"$T/user.c\" "
      "$(" PKG_CONFIG "--cflags --libs xent) && LD_LIBRARY_PATH=\"$XENT_BUILD\" \"$T/user\"",
      0, "check success", NULL},
     {"the library's insides cannot be linked",
      "printf 'int tc_open(void);\\nint main(void) { return tc_open(); }\\n' > \"$T/inside.c\" && "
-     "cc -o \"$T/inside\" \"$T/inside.c\" -L\"$XENT_BUILD\" -lxent",
+     "cc $XENT_LINK_FLAGS -o \"$T/inside\" \"$T/inside.c\" -L\"$XENT_BUILD\" -lxent",
      SHELL_ANY_FAILURE, "tc_open", NULL},
     {"the example includes the public header alone",
      "grep -n '#include \"' tools/example.c | grep -v '\"xent.h\"'", 1, NULL, NULL},
