@@ -674,7 +674,7 @@ typedef struct bar {
 } bar;
 
 /* Progress on stderr: a bar on a terminal, else a line every 25 candidates
- * (a chunk, when compiling) and at the end. best_us <= 0: nothing timed yet. */
+ * (every chunk, when compiling) and at the end. best_us <= 0: nothing timed yet. */
 static void progress(void *arg, int done, int total, double best_us, const char *stage) {
     bar *b = arg;
     char best[40] = "";
