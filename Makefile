@@ -8,28 +8,43 @@ CFLAGS ?= -O2 -g
 # build is: make BUILD=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined'
 # LDFLAGS='-fsanitize=address,undefined'
 LDFLAGS ?=
-XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -pthread -Iinclude -I. -I$(CUDA)/include \
-	-DXENT_DATADIR='"$(PREFIX)/share/xent"'
-# The driver (libcuda.so.1) is dlopen'ed at run time, never linked.
-LIBS := -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnvrtc -lsqlite3 -ldl -lpthread -lm
+# Hidden by default: the shared library exports what include/xent.h marks XENT_API, nothing else.
+XCFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC -fvisibility=hidden -pthread -Iinclude -I. \
+	-I$(CUDA)/include -DXENT_DATADIR='"$(PREFIX)/share/xent"'
+# The driver (libcuda.so.1) is dlopen'ed at run time, never linked. NVRTC is
+# found by the loader's own search (ld.so.conf, LD_LIBRARY_PATH), not a path
+# fixed at build time; RPATH=$(CUDA)/lib64 records one where that search
+# does not know CUDA's folder.
+RPATH ?=
+comma := ,
+LIBS := -L$(CUDA)/lib64 $(if $(RPATH),-Wl$(comma)-rpath$(comma)$(RPATH)) -lnvrtc -lsqlite3 -ldl -lpthread -lm
 # Check is linked statically so test binaries also run where Check is not installed.
 CHECK_LIBS := -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lrt
 
-LIB_SRC := $(wildcard gen/*.c runtime/*.c tunecache/*.c tune/*.c)
+# The version and the SONAME come from the header's XENT_VERSION (major*10000 + minor*100 + patch).
+VERSION_NUM := $(shell sed -n 's/^\#define XENT_VERSION \([0-9]*\).*/\1/p' include/xent.h)
+VERSION := $(shell n=$(VERSION_NUM); echo $$((n / 10000)).$$((n / 100 % 100)).$$((n % 100)))
+SONAME := libxent.so.$(firstword $(subst ., ,$(VERSION)))
+
+# The launch library: generation, runtime and the tune-cache lookup. The
+# search (tune/) is an object set of its own, linked only into xent-tune and
+# the tests, so that programs using xent do not carry it.
+LIB_SRC := $(wildcard common/*.c gen/*.c runtime/*.c tunecache/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/templates.o
-HEADERS := $(wildcard include/*.h gen/*.h runtime/*.h tunecache/*.h tune/*.h)
+TUNE_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tune/*.c))
+HEADERS := $(wildcard include/*.h common/*.h gen/*.h runtime/*.h tunecache/*.h tune/*.h tools/*.h)
 CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
 .PHONY: all test test-gpu install clean FORCE $(CPU_RUNS)
-all: $(BUILD)/libxent.so $(BUILD)/libxent.a $(TOOLS) $(BUILD)/COMMIT
+all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
 
 $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
 	@mkdir -p $(@D)
 	sh tools/embed.sh $(wildcard templates/*.cu) > $@
 
-$(BUILD)/%.o: %.c $(HEADERS)
+$(BUILD)/%.o: %.c $(HEADERS) $(BUILD)/flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
 
@@ -38,6 +53,11 @@ $(BUILD)/prefix: FORCE
 	@mkdir -p $(@D)
 	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
 $(BUILD)/runtime/lookup.o: $(BUILD)/prefix
+# Objects are rebuilt when the compiler or its flags change (the data folder aside: see above).
+$(BUILD)/flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(CC) $(CFLAGS) $(filter-out -DXENT_DATADIR=%,$(XCFLAGS))' | cmp -s - $@ || \
+		echo '$(CC) $(CFLAGS) $(filter-out -DXENT_DATADIR=%,$(XCFLAGS))' > $@
 # The commit a build came from, for logs made where the build is carried to.
 $(BUILD)/COMMIT: FORCE
 	@mkdir -p $(@D)
@@ -45,26 +65,46 @@ $(BUILD)/COMMIT: FORCE
 		(git describe --always --dirty 2>/dev/null || echo unknown) > $@
 FORCE:
 
-$(BUILD)/templates.o: $(BUILD)/templates.c
+$(BUILD)/templates.o: $(BUILD)/templates.c $(BUILD)/flags
 	$(CC) $(CFLAGS) $(XCFLAGS) -c $< -o $@
 
+# In the build tree the file itself is libxent.so (what ctypes and setup.py
+# load by path); the SONAME link beside it serves programs linked with -lxent.
 $(BUILD)/libxent.so: $(LIB_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LIBS)
+
+$(BUILD)/$(SONAME): $(BUILD)/libxent.so
+	ln -sf libxent.so $@
 
 $(BUILD)/libxent.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
-$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/libxent.a
+$(BUILD)/libxent-tune.a: $(TUNE_OBJ)
+	ar rcs $@ $^
+
+# pkg-config's description of an installed xent (PREFIX is compiled in, as for the data folder).
+$(BUILD)/xent.pc: tools/xent.pc.in $(BUILD)/prefix include/xent.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIB@|$(CUDA)/lib64|' $< > $@
+
+$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/tools/json.o $(BUILD)/libxent-tune.a $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# The example is the program a user copies: compiled with the public header
+# alone on its include path, so that it cannot use the library's insides.
+$(BUILD)/tools/example.o: tools/example.c include/xent.h $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -I$(CUDA)/include -c $< -o $@
 
 # The example uses the CUDA runtime like a training stack would; cudart_static
 # loads the driver itself, so this binary also starts without a GPU.
 $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
+# Test binaries are never installed: they keep CUDA's folder as their RUNPATH.
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(CHECK_LIBS) \
+		$(LIBS) -Wl,-rpath,$(CUDA)/lib64
 
 # CPU suites: no GPU needed. Each suite is a target of its own (make -j2 test
 # runs two at once), compiling kernels into a throwaway cache of its own, its
@@ -74,20 +114,27 @@ CPU_ORDER := check_compile check_cli check_space check_reference check_tunecache
 CPU_SUITES := $(notdir $(CPU_TESTS))
 CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
 test: $(CPU_RUNS)
-$(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune
+$(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/xent.pc
 	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; t0=$$(date +%s); \
-	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune $< > $$log 2>&1; rc=$$?; \
+	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune XENT_BUILD=$(BUILD) XENT_RPATH=$(RPATH) \
+	XENT_LINK_FLAGS='$(CFLAGS) $(LDFLAGS)' $< > $$log 2>&1; rc=$$?; \
 	echo "== $< ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
 
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.
 test-gpu: $(GPU_TESTS) $(TOOLS)
 	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $$t; done
 
+# Installed as a distribution lays a library out: the file named by its full
+# version, the SONAME link the loader follows, the unversioned link -lxent finds.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/xent
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)$(PREFIX)/share/xent
 	install -m 644 include/xent.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(BUILD)/libxent.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libxent.so $(DESTDIR)$(PREFIX)/lib/libxent.so.$(VERSION)
+	ln -sf libxent.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libxent.so
 	install -m 644 $(BUILD)/libxent.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/xent.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 755 $(BUILD)/xent-tune $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 tunecache/*.sql $(DESTDIR)$(PREFIX)/share/xent/
 

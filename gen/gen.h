@@ -22,8 +22,8 @@ const char *xent_family_file(xent_family f);
 /* The template source of a kernel family ("xent_fwd"); NULL if there is none. */
 const char *xent_family_template(const char *family);
 /* FNV-1a (64 bits) of n bytes: the kernel cache's and the tune cache's
- * template hash. */
-uint64_t xent_text_hash(const char *s, size_t n);
+ * template hash, the kernel cache's file names and the plan memo's hash. */
+uint64_t xent_text_hash(const void *data, size_t n);
 /* The hash of family's template as 16 hex digits into buf (len >= 17):
  * what a tune-cache entry is stamped with. XENT_EINVAL for an unknown family. */
 int xent_template_hash(const char *family, char *buf, size_t len);
@@ -59,7 +59,7 @@ int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xen
                     char *err, size_t errlen);
 void xent_cubin_free(xent_cubin *c);
 /* The disk cache directory ($XENT_KERNEL_CACHE, "off" disables; else
- * $XDG_CACHE_HOME/xent/kernels or ~/.cache/xent/kernels). 0 if none. */
+ * kernels/ in xent_cache_home). 0 if none. */
 int xent_kernel_cache_dir(char *buf, size_t len);
 
 #endif

@@ -6,6 +6,7 @@
  * Files are written to a temporary name and renamed, so readers never see
  * half a file, as PyTorch's NVRTC cache does. */
 #include "gen/gen.h"
+#include "common/files.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,14 +28,12 @@ typedef struct mem_entry {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mem_head;
 
-static uint64_t fnv1a(const char *s, size_t n) { return xent_text_hash(s, n); }
-
 static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
     char *key = NULL;
     const char *tpl = xent_family_source(xent_problem_family(p));
-    uint64_t th = fnv1a(tpl, strlen(tpl));
+    uint64_t th = xent_text_hash(tpl, strlen(tpl));
     if (asprintf(&key, "%stemplate=%016llx arch=sm_%d nvrtc=%d\n", defines, (unsigned long long)th, arch,
                  xent_nvrtc_version()) < 0)
         key = NULL;
@@ -78,19 +77,17 @@ static void mem_add(const char *key, const xent_cubin *bin) {
 
 int xent_kernel_cache_dir(char *buf, size_t len) {
     const char *env = getenv("XENT_KERNEL_CACHE");
-    if (env && !strcmp(env, "off")) return 0;
+    char home[4096];
     int w;
+    if (env && !strcmp(env, "off")) return 0;
     if (env && *env) w = snprintf(buf, len, "%s", env);
-    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
-        w = snprintf(buf, len, "%s/xent/kernels", getenv("XDG_CACHE_HOME"));
-    else if (getenv("HOME") && *getenv("HOME"))
-        w = snprintf(buf, len, "%s/.cache/xent/kernels", getenv("HOME"));
+    else if (xent_cache_home(home, sizeof home, NULL) == XENT_OK) w = snprintf(buf, len, "%s/kernels", home);
     else return 0;
     return w > 0 && (size_t)w < len;
 }
 
 static void disk_path(const char *dir, const char *key, char *buf, size_t len) {
-    snprintf(buf, len, "%s/%016llx.cubin", dir, (unsigned long long)fnv1a(key, strlen(key)));
+    snprintf(buf, len, "%s/%016llx.cubin", dir, (unsigned long long)xent_text_hash(key, strlen(key)));
 }
 
 static int read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
@@ -126,22 +123,10 @@ static int disk_find(const char *dir, const char *key, xent_cubin *out) {
     return rc;
 }
 
-static void make_dirs(const char *dir) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    mkdir(tmp, 0755);
-}
-
 /* Best effort: a read-only or full disk only costs recompiles. */
 static void disk_store(const char *dir, const char *key, const xent_cubin *bin) {
     char path[4200], tmp[4300];
-    make_dirs(dir);
+    xent_mkdirs(dir, 1);
     disk_path(dir, key, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid() ^ (long)pthread_self());
     FILE *f = fopen(tmp, "wb");

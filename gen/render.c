@@ -24,9 +24,10 @@ const char *xent_family_template(const char *family) {
     return NULL;
 }
 
-uint64_t xent_text_hash(const char *s, size_t n) {
+uint64_t xent_text_hash(const void *data, size_t n) {
+    const unsigned char *s = data;
     uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bits */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
     return h;
 }
 

@@ -22,8 +22,20 @@
 extern "C" {
 #endif
 
-/** Version of the library (major*10000 + minor*100 + patch). */
+/** Version of this header (major*10000 + minor*100 + patch). The major is
+ * the shared library's SONAME number (libxent.so.0): it changes when the ABI
+ * breaks. */
 #define XENT_VERSION 100
+
+/* What the shared library exports: it is built with -fvisibility=hidden, so
+ * the functions declared here are its only symbols. */
+#ifndef XENT_API
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define XENT_API __attribute__((visibility("default")))
+#else
+#define XENT_API
+#endif
+#endif
 
 /** Status codes returned by every function. */
 enum xent_status {
@@ -36,9 +48,8 @@ enum xent_status {
     XENT_ENOMEM = 6,        /**< host or device memory allocation failed */
     XENT_ECACHE = 7,        /**< the tune cache could not be read or written */
     XENT_EBADTARGET = 8,    /**< a kernel saw a target outside [0, c) that is not ignore_index */
-    XENT_EUNSUPPORTED = 9,  /**< the problem is valid but this build cannot run it */
-    XENT_ENOTFOUND = 10,    /**< a looked-up entry does not exist */
-    XENT_EWRONGRESULT = 11  /**< a kernel's result disagreed with the reference (tuner) */
+    /* 9 is not used: the codes keep their values across versions */
+    XENT_ENOTFOUND = 10     /**< a looked-up entry does not exist */
 };
 
 /** Element type of the logits. */
@@ -138,30 +149,38 @@ typedef struct xent_context xent_context;
 /** An opaque plan: a compiled, loaded kernel for one problem, owned by its context. */
 typedef struct xent_plan xent_plan;
 
+/**
+ * The XENT_VERSION of the library that is running. It can differ from the
+ * XENT_VERSION a program was compiled with when the shared library is
+ * replaced; a program that needs what its header declares checks
+ * `xent_version() >= XENT_VERSION` at start.
+ */
+XENT_API int xent_version(void);
+
 /** Static English text of a status code; never NULL. */
-const char *xent_errstr(int rc);
+XENT_API const char *xent_errstr(int rc);
 
 /** Fill *p with PyTorch's defaults for an n x c problem (mean, int64, fp32, ignore -100). */
-void xent_problem_init(xent_problem *p, int64_t n, int64_t c);
+XENT_API void xent_problem_init(xent_problem *p, int64_t n, int64_t c);
 
 /**
  * Check a problem's fields. Returns XENT_EINVAL and writes a reason into
  * why (if non-NULL, up to len bytes) when a field is out of range.
  */
-int xent_problem_check(const xent_problem *p, char *why, size_t len);
+XENT_API int xent_problem_check(const xent_problem *p, char *why, size_t len);
 
 /**
  * Create a context on device `ordinal`, retaining the device's primary
  * context, so xent works beside PyTorch and other runtime-API users.
  * On failure *ctx may still be set so that xent_errmsg() can explain; destroy it.
  */
-int xent_context_create(xent_context **ctx, int ordinal);
+XENT_API int xent_context_create(xent_context **ctx, int ordinal);
 
 /** Release a context, its plans, kernels and device memory. NULL is allowed. */
-void xent_context_destroy(xent_context *ctx);
+XENT_API void xent_context_destroy(xent_context *ctx);
 
 /** The detailed message of the context's last failure ("" if none); ctx may be NULL. */
-const char *xent_errmsg(const xent_context *ctx);
+XENT_API const char *xent_errmsg(const xent_context *ctx);
 
 /** Device facts: name, compute capability, multiprocessor count and the GPU key (e.g. "h200"). */
 typedef struct xent_device_info {
@@ -174,7 +193,7 @@ typedef struct xent_device_info {
 } xent_device_info;
 
 /** Describe the context's device. */
-int xent_device_get_info(xent_context *ctx, xent_device_info *info);
+XENT_API int xent_device_get_info(xent_context *ctx, xent_device_info *info);
 
 /**
  * Return the context's plan for *p, building it on first use (tune-cache
@@ -183,17 +202,17 @@ int xent_device_get_info(xent_context *ctx, xent_device_info *info);
  * compile, or a cached CUBIN). Later calls with an equal problem are a hash
  * lookup. The plan lives until the context is destroyed. Thread-safe.
  */
-int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan);
+XENT_API int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan);
 
 /**
  * The context's plan for *p if it was already built, without building one:
  * XENT_ENOTFOUND otherwise. Never compiles, allocates or synchronizes, so it
  * is safe while a stream is being captured into a CUDA graph.
  */
-int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan);
+XENT_API int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan);
 
 /** Where the plan's configuration came from. */
-xent_source xent_plan_source(const xent_plan *plan);
+XENT_API xent_source xent_plan_source(const xent_plan *plan);
 
 /**
  * Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf, with
@@ -201,10 +220,10 @@ xent_source xent_plan_source(const xent_plan *plan);
  * note naming each cache or entry passed over on the way, and why (a stale
  * entry, made by another template or NVRTC; a config that does not fit).
  */
-int xent_plan_describe(const xent_plan *plan, char *buf, size_t len);
+XENT_API int xent_plan_describe(const xent_plan *plan, char *buf, size_t len);
 
 /** Bytes of device workspace a caller-provided xent_args.workspace must have (zeroed once before first use). */
-size_t xent_workspace_size(const xent_plan *plan);
+XENT_API size_t xent_workspace_size(const xent_plan *plan);
 
 /**
  * Launch the plan on `stream` (a CUstream or cudaStream_t; NULL is the
@@ -213,10 +232,10 @@ size_t xent_workspace_size(const xent_plan *plan);
  * be ordered (one stream, or synchronized); give concurrent streams their
  * own zeroed workspace. Thread-safe.
  */
-int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *args);
+XENT_API int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *args);
 
 /** xent_plan_get then xent_plan_launch: the one-call forward. */
-int xent_forward(xent_context *ctx, const xent_problem *p, const xent_args *args, void *stream);
+XENT_API int xent_forward(xent_context *ctx, const xent_problem *p, const xent_args *args, void *stream);
 
 /**
  * Synchronize `stream` and read the context's sticky bad-target flag:
@@ -224,7 +243,7 @@ int xent_forward(xent_context *ctx, const xent_problem *p, const xent_args *args
  * outside [0, c) that is not ignore_index (the losses involved are NaN);
  * the flag is then cleared. XENT_OK otherwise.
  */
-int xent_check_targets(xent_context *ctx, void *stream);
+XENT_API int xent_check_targets(xent_context *ctx, void *stream);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,6 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int resolve(void *lib) {
     RESOLVE(Init, "cuInit");
-    RESOLVE(DriverGetVersion, "cuDriverGetVersion");
     RESOLVE(DeviceGetCount, "cuDeviceGetCount");
     RESOLVE(DeviceGet, "cuDeviceGet");
     RESOLVE(DeviceGetName, "cuDeviceGetName");
@@ -49,7 +48,6 @@ static int resolve(void *lib) {
     RESOLVE(MemcpyHtoD, "cuMemcpyHtoD_v2");
     RESOLVE(MemcpyDtoH, "cuMemcpyDtoH_v2");
     RESOLVE(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-    RESOLVE(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     RESOLVE(StreamSynchronize, "cuStreamSynchronize");
     RESOLVE(StreamCreate, "cuStreamCreate");
     RESOLVE(StreamDestroy, "cuStreamDestroy_v2");

@@ -1,9 +1,11 @@
-/* runtime/errors.c — status texts, failure messages and problem checks. */
+/* runtime/errors.c — the version, status texts, failure messages and problem checks. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
+
+int xent_version(void) { return XENT_VERSION; }
 
 const char *xent_errstr(int rc) {
     switch (rc) {
@@ -16,9 +18,7 @@ const char *xent_errstr(int rc) {
     case XENT_ENOMEM: return "out of memory";
     case XENT_ECACHE: return "tune cache error";
     case XENT_EBADTARGET: return "target outside [0, c) and not ignore_index";
-    case XENT_EUNSUPPORTED: return "unsupported problem";
     case XENT_ENOTFOUND: return "not found";
-    case XENT_EWRONGRESULT: return "kernel result disagrees with the reference";
     default: return "unknown status";
     }
 }

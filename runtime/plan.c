@@ -8,13 +8,6 @@
 #include "gen/gen.h"
 #include "runtime/runtime.h"
 
-static uint64_t problem_hash(const xent_problem *p) {
-    const unsigned char *b = (const unsigned char *)p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof *p; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h ? h : 1;
-}
-
 void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
     memset(key, 0, sizeof *key);
     snprintf(key->gpu, sizeof key->gpu, "%s", ctx->info.key);
@@ -248,7 +241,7 @@ int xent_plan_get(xent_context *ctx, const xent_problem *p, xent_plan **plan) {
     if (!ctx->cuctx) return xent_fail(ctx, XENT_ENODEVICE, "context has no device");
     xent_problem key;
     xent_problem_normalize(p, &key);
-    uint64_t h = problem_hash(&key);
+    uint64_t h = xent_text_hash(&key, sizeof key); /* normalized: its padding is zeroed */
     /* Lookups share the lock, so a thread building a new plan (a compile)
      * never stalls launches of plans already built. */
     pthread_rwlock_rdlock(&ctx->lock);
@@ -269,7 +262,7 @@ int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan)
     if (xent_problem_check(p, why, sizeof why)) return xent_fail(ctx, XENT_EINVAL, "problem: %s", why);
     xent_problem key;
     xent_problem_normalize(p, &key);
-    uint64_t h = problem_hash(&key);
+    uint64_t h = xent_text_hash(&key, sizeof key); /* normalized: its padding is zeroed */
     pthread_rwlock_rdlock(&ctx->lock);
     *plan = memo_find(ctx, &key, h);
     pthread_rwlock_unlock(&ctx->lock);

@@ -849,6 +849,28 @@ START_TEST(test_rel_err_vec)
 }
 END_TEST
 
+/* The accumulator is the vector error's one rule: pair by pair, it gives
+ * what xent_rel_err_vec gives for the same pairs. */
+START_TEST(test_err_acc)
+{
+    static const struct { float a[3]; double b[3]; } rows[] = {
+        {{1, 2, 3}, {1, 2, 3}},
+        {{1, 2, 0}, {1, 2.5, 0}},
+        {{NAN, INFINITY, 1}, {NAN, INFINITY, 1.5}},
+        {{1, NAN, 1}, {1, 2, 1}},
+        {{INFINITY, 1, 1}, {-INFINITY, 1, 1}},
+        {{0, 0, 0}, {0, 0, 0}},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        xent_err_acc acc = {0};
+        for (int i = 0; i < 3; i++)
+            xent_err_acc_add(&acc, rows[r].a[i], rows[r].b[i]);
+        double want = xent_rel_err_vec(rows[r].a, rows[r].b, 3), got = xent_err_acc_value(&acc);
+        ck_assert_msg(got == want, "row %zu: accumulator %g, vector %g", r, got, want);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 
 static Suite *reference_suite(void)
@@ -903,6 +925,7 @@ static Suite *reference_suite(void)
     tc = tcase_create("relerr");
     tcase_add_test(tc, test_rel_err);
     tcase_add_test(tc, test_rel_err_vec);
+    tcase_add_test(tc, test_err_acc);
     suite_add_tcase(s, tc);
     return s;
 }

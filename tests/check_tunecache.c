@@ -496,34 +496,34 @@ START_TEST(test_lookup_order)
     tc_answer a;
 
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_ENOTFOUND);
-    ck_assert_int_eq(a.from, TC_FROM_NONE);
+    ck_assert_int_eq(a.from, XENT_SOURCE_HEURISTIC);
 
     put_ok(user, 32000, 4000, "USER_NEAR", 1.0);
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_int_eq(a.from, XENT_SOURCE_NEAREST);
     ck_assert_str_eq(a.entry.config, "USER_NEAR");
     ck_assert_str_eq(a.cache, "user");
     ck_assert_int_eq(a.n, 32000);
 
     put_ok(ship, 32768, 4096, "SHIP_EXACT", 1.0);
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+    ck_assert_int_eq(a.from, XENT_SOURCE_SHIPPED);
     ck_assert_str_eq(a.entry.config, "SHIP_EXACT");
     ck_assert_str_eq(a.cache, "h200");
 
     put_ok(user, 32768, 4096, "USER_EXACT", 1.0);
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_USER);
+    ck_assert_int_eq(a.from, XENT_SOURCE_USER_DB);
     ck_assert_str_eq(a.entry.config, "USER_EXACT");
     ck_assert_str_eq(a.note, "");
 
     /* NULL stores are skipped. */
     ck_assert_int_eq(lookup2(NULL, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+    ck_assert_int_eq(a.from, XENT_SOURCE_SHIPPED);
     ck_assert_int_eq(lookup2(user, NULL, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_USER);
+    ck_assert_int_eq(a.from, XENT_SOURCE_USER_DB);
     ck_assert_int_eq(lookup2(NULL, NULL, &k, &a), XENT_ENOTFOUND);
-    ck_assert_int_eq(a.from, TC_FROM_NONE);
+    ck_assert_int_eq(a.from, XENT_SOURCE_HEURISTIC);
     ck_assert_int_eq(tc_lookup(NULL, &k, &a), XENT_EINVAL);
     tc_close(user);
     tc_close(ship);
@@ -539,13 +539,13 @@ START_TEST(test_lookup_nearer_store_wins)
     put_ok(user, 100, 1000, "USER_FAR", 1.0);
     put_ok(ship, 9000, 1000, "SHIP_CLOSE", 1.0);
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_int_eq(a.from, XENT_SOURCE_NEAREST);
     ck_assert_str_eq(a.entry.config, "SHIP_CLOSE");
     ck_assert_str_eq(a.cache, "h200");
 
     put_ok(user, 10500, 1000, "USER_CLOSER", 1.0);
     ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_int_eq(a.from, XENT_SOURCE_NEAREST);
     ck_assert_str_eq(a.entry.config, "USER_CLOSER");
 
     /* Equally near: the user's own measurement is preferred. */
@@ -554,7 +554,7 @@ START_TEST(test_lookup_nearer_store_wins)
     ck_assert_str_eq(a.entry.config, "USER_CLOSER");
 
     ck_assert_int_eq(lookup2(NULL, ship, &k, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_NEAREST);
+    ck_assert_int_eq(a.from, XENT_SOURCE_NEAREST);
     ck_assert_str_eq(a.entry.config, "SHIP_SAME");
     tc_close(user);
     tc_close(ship);
@@ -618,7 +618,7 @@ START_TEST(test_stale_entries_skipped)
 
         put_ok(ship, 32768, 4096, "SHIP_FRESH", 1.0);
         ck_assert_int_eq(lookup2(user, ship, &k, &a), XENT_OK);
-        ck_assert_int_eq(a.from, TC_FROM_SHIPPED);
+        ck_assert_int_eq(a.from, XENT_SOURCE_SHIPPED);
         ck_assert_str_eq(a.entry.config, "SHIP_FRESH");
         ck_assert_msg(strstr(a.note, "user 32768x4096: stale"), "case %zu: %s", i, a.note);
 
@@ -663,13 +663,13 @@ START_TEST(test_chain_skips_one_level_at_a_time)
     put_key(user, &near, "BAD_NEAR");
     put_key(arch, &sib, "ARCH_EXACT");
 
-    struct { const char *fix; int from; const char *want, *cache, *noted; } steps[] = {
-        { NULL, TC_FROM_ARCH, "ARCH_EXACT", "h200",
+    struct { const char *fix; xent_source from; const char *want, *cache, *noted; } steps[] = {
+        { NULL, XENT_SOURCE_ARCH, "ARCH_EXACT", "h200",
           "user 32768x4096: config does not fit: BAD_USER; h100 32768x4096: config does not fit: BAD_SHIP; "
           "user 16384x4096 (nearest): config does not fit: BAD_NEAR" },
-        { "near", TC_FROM_NEAREST, "NEAR", "user", "h100 32768x4096: config does not fit: BAD_SHIP" },
-        { "ship", TC_FROM_SHIPPED, "SHIP", "h100", "user 32768x4096: config does not fit: BAD_USER" },
-        { "user", TC_FROM_USER, "USER", "user", NULL },
+        { "near", XENT_SOURCE_NEAREST, "NEAR", "user", "h100 32768x4096: config does not fit: BAD_SHIP" },
+        { "ship", XENT_SOURCE_SHIPPED, "SHIP", "h100", "user 32768x4096: config does not fit: BAD_USER" },
+        { "user", XENT_SOURCE_USER_DB, "USER", "user", NULL },
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         if (steps[i].fix && !strcmp(steps[i].fix, "near"))
@@ -694,7 +694,7 @@ START_TEST(test_chain_skips_one_level_at_a_time)
     put_key(arch, &sib, "BAD_ARCH");
     calls = 0;
     ck_assert_int_eq(tc_lookup(&st, &k, &a), XENT_ENOTFOUND);
-    ck_assert_int_eq(a.from, TC_FROM_NONE);
+    ck_assert_int_eq(a.from, XENT_SOURCE_HEURISTIC);
     ck_assert_int_eq(calls, 4);
     ck_assert_msg(strstr(a.note, "h200 32768x4096 (arch): config does not fit: BAD_ARCH"), "%s", a.note);
     tc_close(user);
@@ -727,7 +727,7 @@ START_TEST(test_arch_level_relaxes_gpu_and_sms)
     put_key(arch, &r, "OTHER_ARCH");
 
     ck_assert_int_eq(tc_lookup(&st, &q, &a), XENT_OK);
-    ck_assert_int_eq(a.from, TC_FROM_ARCH);
+    ck_assert_int_eq(a.from, XENT_SOURCE_ARCH);
     ck_assert_str_eq(a.entry.config, "H200_120_EXACT");
     ck_assert_str_eq(a.cache, "h200");
 

@@ -12,7 +12,7 @@
 static char tmpdir[128];
 
 /* tmpdir/name; the last 8 results stay valid, so one call may take several. */
-static const char *tpath(const char *name) {
+static inline const char *tpath(const char *name) {
     static char p[8][512];
     static int i;
     i = (i + 1) % 8;
@@ -40,7 +40,7 @@ typedef struct {
     const TTest *test;
 } scratch_test;
 
-static void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, void (*make)(void)) {
+static inline void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, void (*make)(void)) {
     TCase *tc = NULL;
     const char *cur = "";
     for (size_t i = 0; i < n; i++) {

@@ -19,6 +19,9 @@ LOG=$OUT/session.log
 export XENT_KERNEL_CACHE=${XENT_KERNEL_CACHE:-/tmp/xent-kernels}
 export XENT_TUNECACHE=${XENT_TUNECACHE:-/tmp/xent-tune.db}
 export PYTHONUNBUFFERED=1
+# xent-tune, the example and libxent.so record no RUNPATH (docs/design.md):
+# NVRTC is found here even where the loader's configuration lacks CUDA's folder
+export LD_LIBRARY_PATH=${CUDA:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 TUNE=build/xent-tune
 # the shapes the tune stage retunes (by default the benchmark's)
 TUNE_SHAPES=${TUNE_SHAPES-32768x4096 4096x32000 8192x128256 16384x50257 64x262144 1048576x10}

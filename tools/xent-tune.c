@@ -6,8 +6,7 @@
  *   xent-tune --compile-only --arch sm_90 ...       compile candidates (no GPU)
  *   xent-tune show | export --gpu h200 | import FILE
  *
- * Exit status: 0 done, 2 bad usage, 3 no driver/device or the wrong GPU,
- * 4 tune-cache error, 1 any other failure.
+ * Exit status: 0 done, 1 a failure, else one of tools/xent-tune.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,10 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/files.h"
 #include "gen/gen.h"
+#include "tools/json.h"
+#include "tools/xent-tune.h"
 #include "tune/tune.h"
 
-enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_SHAPES 4096
 #define MAX_GIVEN 64
 
@@ -79,9 +80,10 @@ static void usage(FILE *f) {
             "  -c, --compile-only         compile the candidates and print registers and spills\n"
             "  -a, --arch sm_XX           architecture for those two (default sm_90)\n"
             "output:\n"
-            "      --json                 JSON on stdout instead of tables\n"
+            "      --json                 JSON on stdout instead of tables (tune, show, --dry-run,\n"
+            "                             --compile-only); numbers JSON cannot hold are null\n"
             "      --top K                rows of the result table (default 10)\n"
-            "  -q, --quiet                no progress bar\n"
+            "  -q, --quiet                no progress on stderr\n"
             "  -h, --help, -V, --version\n",
             prog, prog, prog, prog);
 }
@@ -319,24 +321,13 @@ static int parse_args(cli *o, int argc, char **argv) {
 
 /* ---- the tune cache ---- */
 
-static void make_parent_dirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-}
-
 /* The environment variable tc_user_path took the path from, for messages. */
 static const char *user_path_source(void) {
-    const char *v = getenv("XENT_TUNECACHE"), *x = getenv("XDG_CACHE_HOME");
+    const char *v = getenv("XENT_TUNECACHE"), *from;
+    char home[4096];
     if (v && *v) return "XENT_TUNECACHE";
-    if (x && x[0] == '/') return "XDG_CACHE_HOME";
-    v = getenv("HOME");
-    return v && *v ? "HOME" : NULL;
+    xent_cache_home(home, sizeof home, &from);
+    return from;
 }
 
 static int cache_path(const cli *o, char *path, size_t len) {
@@ -360,7 +351,7 @@ static int open_db(const cli *o, int readonly, tc_db **db) {
     char path[4096], err[1024];
     int rc = cache_path(o, path, sizeof path);
     if (rc) return rc;
-    if (!readonly) make_parent_dirs(path);
+    if (!readonly) xent_mkdirs(path, 0);
     if (tc_open(path, readonly, db, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return EXIT_CACHE;
@@ -370,36 +361,109 @@ static int open_db(const cli *o, int readonly, tc_db **db) {
 
 static const char *dtype_name(int d) { return d == XENT_F32 ? "f32" : d == XENT_F16 ? "f16" : "bf16"; }
 static const char *red_name(int r) { return r == XENT_REDUCE_NONE ? "none" : r == XENT_REDUCE_SUM ? "sum" : "mean"; }
+static const char *targets_name(int t) { return t == XENT_I64 ? "i64" : "i32"; }
+
+/* The fields a problem and a tune-cache key share, named alike in both. */
+static void json_shape(json *j, int64_t n, int64_t c, int logits, int targets, int reduction) {
+    json_int(j, "n", n);
+    json_int(j, "c", c);
+    json_string(j, "dtype", dtype_name(logits));
+    json_string(j, "targets", targets_name(targets));
+    json_string(j, "reduction", red_name(reduction));
+}
+
+/* A problem as --json writes it: every field that selects a kernel. */
+static void json_problem(json *j, const char *key, const xent_problem *p) {
+    static const char *ops[] = {"forward", "fused", "backward", "combine", "rescale"};
+    json_object(j, key);
+    json_shape(j, p->n, p->c, p->logits, p->targets, p->reduction);
+    json_int(j, "ignore_index", p->ignore_index);
+    json_number(j, "label_smoothing", p->label_smoothing);
+    json_bool(j, "weights", p->has_weights);
+    json_bool(j, "lse", p->write_lse);
+    json_string(j, "op", ops[p->op]);
+    json_number(j, "z_loss", p->z_loss);
+    json_number(j, "softcap", p->softcap);
+    json_end(j);
+}
+
+typedef struct show_state {
+    json *j;     /* NULL: a table */
+    int rows;
+} show_state;
+
+static void show_json_row(json *j, const tc_key *k, const tc_entry *e) {
+    json_object(j, NULL);
+    json_string(j, "gpu", k->gpu);
+    json_int(j, "arch", k->arch);
+    json_int(j, "sm_count", k->sm_count);
+    json_string(j, "family", k->family);
+    json_shape(j, k->n, k->c, k->logits, k->targets, k->reduction);
+    json_int(j, "options", k->options);
+    json_number(j, "us", e->us);
+    json_number(j, "gbps", e->gbps);
+    json_string(j, "config", e->config);
+    json_string(j, "settings", e->settings);
+    json_int(j, "when", e->when);
+    json_string(j, "template_hash", e->template_hash);
+    json_int(j, "nvrtc", e->nvrtc);
+    json_end(j);
+}
 
 static int show_row(void *arg, const tc_key *k, const tc_entry *e) {
-    int *rows = arg;
-    if (!(*rows)++)
+    show_state *s = arg;
+    if (s->j) {
+        s->rows++;
+        show_json_row(s->j, k, e);
+        return 0;
+    }
+    if (!s->rows++)
         printf("%-6s %-5s %4s %-5s %-4s %-4s %3s %9s %7s %9s %7s  %s\n", "gpu", "arch", "sms", "dtype", "tgt", "red",
                "opt", "n", "c", "us", "GB/s", "config");
     printf("%-6s sm_%-2d %4d %-5s %-4s %-4s %3d %9lld %7lld %9.2f %7.0f  %s\n", k->gpu, k->arch, k->sm_count,
-           dtype_name(k->logits), k->targets == XENT_I64 ? "i64" : "i32", red_name(k->reduction), k->options,
-           (long long)k->n, (long long)k->c, e->us, e->gbps, e->config);
+           dtype_name(k->logits), targets_name(k->targets), red_name(k->reduction), k->options, (long long)k->n,
+           (long long)k->c, e->us, e->gbps, e->config);
     return 0;
 }
 
-static int cmd_show(const cli *o) {
+/* The entries of a cache that exists; EXIT_CACHE when it cannot be read. */
+static int show_entries(const cli *o, show_state *s) {
     tc_db *db;
-    char path[4096];
-    struct stat st;
-    int rc = cache_path(o, path, sizeof path), rows = 0;
+    int rc = open_db(o, 1, &db);
     if (rc) return rc;
-    /* before the first tune there is no file: an empty cache, not an error */
-    if (stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
-        printf("0 entries (no tune cache at %s yet)\n", path);
-        return 0;
-    }
-    if ((rc = open_db(o, 1, &db))) return rc;
     const char *gpu = strcmp(o->gpu, "auto") ? o->gpu : NULL;
-    rc = tc_foreach(db, gpu, show_row, &rows);
+    rc = tc_foreach(db, gpu, show_row, s);
     if (rc) fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
-    else printf("%d entr%s\n", rows, rows == 1 ? "y" : "ies");
     tc_close(db);
     return rc ? EXIT_CACHE : 0;
+}
+
+/* --json: {"db": path, "entries": [...]}, closed even when reading failed. */
+static int cmd_show(const cli *o) {
+    char path[4096];
+    struct stat st;
+    json j;
+    show_state s = {o->json ? &j : NULL, 0};
+    int rc = cache_path(o, path, sizeof path);
+    if (rc) return rc;
+    /* before the first tune there is no file: an empty cache, not an error */
+    int none = stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+    if (o->json) {
+        json_start(&j, stdout);
+        json_object(&j, NULL);
+        json_string(&j, "db", path);
+        json_array(&j, "entries");
+    }
+    rc = none ? 0 : show_entries(o, &s);
+    if (o->json) {
+        json_end(&j);
+        json_end(&j);
+    } else if (none) {
+        printf("0 entries (no tune cache at %s yet)\n", path);
+    } else if (!rc) {
+        printf("%d entr%s\n", s.rows, s.rows == 1 ? "y" : "ies");
+    }
+    return rc;
 }
 
 /* --output is written as a temporary file beside it and renamed into place,
@@ -552,66 +616,172 @@ static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
     return (int)n;
 }
 
+/* The heuristic's config for p, offline (the SM count of --gpu, else an H200's). */
+static void heuristic_text(const cli *o, const xent_problem *p, char *buf, size_t len) {
+    xent_config h;
+    xent_config_heuristic(p, offline_sm_count(o), &h);
+    xent_config_format(&h, buf, len);
+}
+
 static int cmd_dry_run(const cli *o) {
-    for (int i = 0; i < o->nshapes; i++) {
+    json j;
+    if (o->json) {
+        json_start(&j, stdout);
+        json_array(&j, NULL);
+    }
+    int rc = 0;
+    for (int i = 0; !rc && i < o->nshapes; i++) {
         xent_problem p;
         char what[160], cfg[200];
         xent_config *cfgs;
         problem_for(o, i, &p);
         describe_problem(&p, what, sizeof what);
         int n = candidates(o, &p, &cfgs);
-        if (n < 0) return n == -EXIT_USAGE ? EXIT_USAGE : 1;
-        printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, o->arch, offline_sm_count(o));
+        if (n < 0) {
+            rc = n == -EXIT_USAGE ? EXIT_USAGE : 1;
+            break;
+        }
+        if (o->json) {
+            json_object(&j, NULL);
+            json_problem(&j, "problem", &p);
+            json_int(&j, "arch", o->arch);
+            json_int(&j, "sm_count", offline_sm_count(o));
+            json_array(&j, "candidates");
+        } else {
+            printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, o->arch, offline_sm_count(o));
+        }
         for (int k = 0; k < n; k++) {
             xent_config_format(&cfgs[k], cfg, sizeof cfg);
-            printf("%s\n", cfg);
+            if (o->json) json_string(&j, NULL, cfg);
+            else printf("%s\n", cfg);
         }
-        xent_config h;
-        xent_config_heuristic(&p, offline_sm_count(o), &h);
-        xent_config_format(&h, cfg, sizeof cfg);
-        printf("# heuristic: %s\n", cfg);
+        heuristic_text(o, &p, cfg, sizeof cfg);
+        if (o->json) {
+            json_end(&j);
+            json_string(&j, "heuristic", cfg);
+            json_end(&j);
+        } else {
+            printf("# heuristic: %s\n", cfg);
+        }
         free(cfgs);
     }
-    return 0;
+    if (o->json) json_end(&j);
+    return rc;
+}
+
+typedef struct bar {
+    int tty, quiet, last;
+} bar;
+
+/* Progress on stderr: a bar on a terminal, else a line every 25 candidates
+ * (every chunk, when compiling) and at the end. best_us <= 0: nothing timed yet. */
+static void progress(void *arg, int done, int total, double best_us, const char *stage) {
+    bar *b = arg;
+    char best[40] = "";
+    if (b->quiet) return;
+    if (best_us > 0) snprintf(best, sizeof best, b->tty ? " best %8.2f us" : ", best %.2f us", best_us);
+    if (b->tty) {
+        int width = 30, fill = total ? done * width / total : 0;
+        fprintf(stderr, "\r  %-10s [%.*s%*s] %4d/%-4d%s", stage, fill, "##############################",
+                width - fill, "", done, total, best);
+        fflush(stderr);
+    } else if (done - b->last >= 25 || done == total) {
+        fprintf(stderr, "  %s: %d/%d candidates%s\n", stage, done, total, best);
+        b->last = done;
+    }
+}
+
+/* Compile n candidates in chunks, so that progress shows between them; a
+ * chunk is several per thread, so threads seldom wait on the last of one.
+ * Only each kernel's counters are kept: a space's CUBINs would not fit. */
+static void compile_all(const cli *o, const xent_problem *p, const xent_config *cfgs, int n, int *status,
+                        xent_cubin *bins, char (*errs)[512]) {
+    xent_tune_opts defaults;
+    xent_tune_opts_init(&defaults); /* --jobs defaults to the CPUs, as for a tune */
+    int threads = o->jobs ? o->jobs : defaults.threads, chunk = threads * 16;
+    bar b = {isatty(2), o->quiet, 0};
+    for (int at = 0; at < n; at += chunk) {
+        int m = n - at < chunk ? n - at : chunk;
+        xent_compile_many(cfgs + at, m, p, 1, o->arch, threads, status + at, bins + at, errs + at);
+        for (int k = at; k < at + m; k++) xent_cubin_free(&bins[k]);
+        progress(&b, at + m, n, 0, "compile");
+    }
+    if (b.tty && !b.quiet) fputc('\n', stderr);
+}
+
+static void compile_report(json *j, const xent_config *c, int status, const xent_cubin *bin, const char *err) {
+    char cfg[200];
+    xent_config_format(c, cfg, sizeof cfg);
+    if (!j) {
+        if (status) printf("FAILED %s: %s\n", cfg, err);
+        else printf("%5d %6d %6d %6d  %s\n", bin->registers, bin->spill_bytes, bin->stack_bytes, bin->smem_bytes, cfg);
+        return;
+    }
+    json_object(j, NULL);
+    json_string(j, "config", cfg);
+    if (status) {
+        json_string(j, "error", err);
+    } else {
+        json_int(j, "registers", bin->registers);
+        json_int(j, "spill_bytes", bin->spill_bytes);
+        json_int(j, "stack_bytes", bin->stack_bytes);
+        json_int(j, "smem_bytes", bin->smem_bytes);
+    }
+    json_end(j);
+}
+
+/* One problem's candidates compiled and reported; the failures are counted into *failed. */
+static int compile_problem(const cli *o, json *j, int i, int *failed) {
+    xent_problem p;
+    char what[160];
+    xent_config *cfgs;
+    problem_for(o, i, &p);
+    describe_problem(&p, what, sizeof what);
+    int n = candidates(o, &p, &cfgs);
+    if (n < 0) return n == -EXIT_USAGE ? EXIT_USAGE : 1;
+    int *status = calloc((size_t)n + 1, sizeof *status);
+    xent_cubin *bins = calloc((size_t)n + 1, sizeof *bins);
+    char(*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
+    int rc = status && bins && errs ? 0 : 1;
+    if (!rc) {
+        if (!o->quiet) fprintf(stderr, "compiling %d candidates of %s for sm_%d\n", n, what, o->arch);
+        compile_all(o, &p, cfgs, n, status, bins, errs);
+        if (j) {
+            json_object(j, NULL);
+            json_problem(j, "problem", &p);
+            json_int(j, "arch", o->arch);
+            json_array(j, "results");
+        } else {
+            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs",
+                   "spill", "stack", "smem", "config");
+        }
+        for (int k = 0; k < n; k++) {
+            *failed += status[k] != 0;
+            compile_report(j, &cfgs[k], status[k], &bins[k], errs[k]);
+        }
+        if (j) {
+            json_end(j);
+            json_end(j);
+        }
+    }
+    free(status);
+    free(bins);
+    free(errs);
+    free(cfgs);
+    return rc;
 }
 
 static int cmd_compile_only(const cli *o) {
-    int failed = 0;
-    for (int i = 0; i < o->nshapes; i++) {
-        xent_problem p;
-        char what[160], cfg[200];
-        xent_config *cfgs;
-        problem_for(o, i, &p);
-        describe_problem(&p, what, sizeof what);
-        int n = candidates(o, &p, &cfgs);
-        if (n < 0) return n == -EXIT_USAGE ? EXIT_USAGE : 1;
-        int *status = calloc((size_t)n + 1, sizeof *status);
-        xent_cubin *bins = calloc((size_t)n + 1, sizeof *bins);
-        char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
-        if (!status || !bins || !errs) return 1;
-        xent_tune_opts defaults;
-        xent_tune_opts_init(&defaults); /* --jobs defaults to the CPUs, as for a tune */
-        xent_compile_many(cfgs, n, &p, 1, o->arch, o->jobs ? o->jobs : defaults.threads, status, bins, errs);
-        printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
-               "stack", "smem", "config");
-        for (int k = 0; k < n; k++) {
-            xent_config_format(&cfgs[k], cfg, sizeof cfg);
-            if (status[k]) {
-                failed++;
-                printf("FAILED %s: %s\n", cfg, errs[k]);
-            } else {
-                printf("%5d %6d %6d %6d  %s\n", bins[k].registers, bins[k].spill_bytes, bins[k].stack_bytes,
-                       bins[k].smem_bytes, cfg);
-            }
-            xent_cubin_free(&bins[k]);
-        }
-        free(status);
-        free(bins);
-        free(errs);
-        free(cfgs);
+    json j;
+    int failed = 0, rc = 0;
+    if (o->json) {
+        json_start(&j, stdout);
+        json_array(&j, NULL);
     }
+    for (int i = 0; !rc && i < o->nshapes; i++) rc = compile_problem(o, o->json ? &j : NULL, i, &failed);
+    if (o->json) json_end(&j);
     if (failed) fprintf(stderr, "%s: %d candidates failed to compile\n", prog, failed);
-    return failed ? 1 : 0;
+    return rc ? rc : failed ? 1 : 0;
 }
 
 /* ---- tuning ---- */
@@ -627,24 +797,6 @@ static int check_gpu(const cli *o, const xent_device_info *info) {
         return EXIT_DEVICE;
     }
     return 0;
-}
-
-typedef struct bar {
-    int tty, quiet, last;
-} bar;
-
-static void progress(void *arg, int done, int total, double best_us, const char *stage) {
-    bar *b = arg;
-    if (b->quiet) return;
-    if (b->tty) {
-        int width = 30, fill = total ? done * width / total : 0;
-        fprintf(stderr, "\r  %-10s [%.*s%*s] %4d/%-4d best %8.2f us", stage, fill,
-                "##############################", width - fill, "", done, total, best_us);
-        fflush(stderr);
-    } else if (done - b->last >= 25 || done == total) {
-        fprintf(stderr, "  %s: %d/%d candidates, best %.2f us\n", stage, done, total, best_us);
-        b->last = done;
-    }
 }
 
 static void config_text(const xent_config *c, char *buf, size_t len) { xent_config_format(c, buf, len); }
@@ -685,27 +837,42 @@ static void print_table(const cli *o, const xent_problem *p, const xent_device_i
         }
 }
 
-static void print_json(const xent_problem *p, const xent_device_info *info, const xent_tune_result *r, int first,
-                       int last, int top, int given) {
+static void json_trial(json *j, const char *key, const xent_trial *t) {
     char cfg[200];
-    if (first) printf("[\n");
-    printf("  {\"gpu\": \"%s\", \"device\": \"%s\", \"n\": %lld, \"c\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
-           "\"reduction\": \"%s\", \"bytes\": %.0f, \"floor_us\": %.3f, \"wall_s\": %.2f, \"candidates\": %d, "
-           "\"timed\": %d, \"failed\": %d, \"unreached\": %d, \"given\": %s,\n",
-           info->key, info->name, (long long)p->n, (long long)p->c, dtype_name(p->logits),
-           p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), r->bytes, r->floor_us, r->wall_s,
-           r->candidates, r->timed, r->failed, r->unreached, given ? "true" : "false");
-    config_text(&r->heuristic.config, cfg, sizeof cfg);
-    printf("   \"heuristic\": {\"config\": \"%s\", \"us\": %.3f},\n", cfg, r->heuristic.us);
-    config_text(&r->best.config, cfg, sizeof cfg);
-    printf("   \"best\": {\"config\": \"%s\", \"us\": %.3f, \"gbps\": %.1f},\n   \"top\": [", cfg, r->best.us,
-           r->best.gbps);
-    for (int i = 0, n = 0; i < r->ntrials && n < top; i++) {
-        if (r->trials[i].status != TRIAL_OK) continue;
-        config_text(&r->trials[i].config, cfg, sizeof cfg);
-        printf("%s{\"config\": \"%s\", \"us\": %.3f}", n++ ? ", " : "", cfg, r->trials[i].us);
-    }
-    printf("]}%s\n", last ? "\n]" : ",");
+    config_text(&t->config, cfg, sizeof cfg);
+    json_object(j, key);
+    json_string(j, "config", cfg);
+    json_number(j, "us", t->us);
+    json_number(j, "gbps", t->gbps);
+    json_end(j);
+}
+
+/* One tuned problem: the measurements a table shows (unmeasured ones null). */
+static void print_json(json *j, const cli *o, const xent_problem *p, const xent_device_info *info,
+                       const xent_tune_result *r) {
+    json_object(j, NULL);
+    json_string(j, "gpu", info->key);
+    json_string(j, "device", info->name);
+    json_problem(j, "problem", p);
+    json_number(j, "bytes", r->bytes);
+    json_number(j, "floor_us", r->floor_us);
+    json_number(j, "wall_s", r->wall_s);
+    json_int(j, "candidates", r->candidates);
+    json_int(j, "timed", r->timed);
+    json_int(j, "failed", r->failed);
+    json_int(j, "unreached", r->unreached);
+    json_bool(j, "given", o->ngiven > 0);
+    json_trial(j, "heuristic", &r->heuristic);
+    if (r->best.status == TRIAL_OK) json_trial(j, "best", &r->best);
+    else json_string(j, "best", NULL);
+    json_array(j, "top");
+    for (int i = 0, n = 0; i < r->ntrials && n < o->top; i++)
+        if (r->trials[i].status == TRIAL_OK) {
+            json_trial(j, NULL, &r->trials[i]);
+            n++;
+        }
+    json_end(j);
+    json_end(j);
 }
 
 static int open_context(const cli *o, xent_context **ctx, xent_device_info *info) {
@@ -720,12 +887,12 @@ static int open_context(const cli *o, xent_context **ctx, xent_device_info *info
     return check_gpu(o, info);
 }
 
-static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *info, tc_db *db, int i) {
+static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *info, tc_db *db, json *j, int i) {
     xent_problem p;
     xent_tune_opts opts;
     xent_tune_result r;
     char settings[200], what[160];
-    bar b = {isatty(2), o->quiet || o->json, 0};
+    bar b = {isatty(2), o->quiet, 0};
     problem_for(o, i, &p);
     describe_problem(&p, what, sizeof what);
     xent_tune_opts_init(&opts);
@@ -747,7 +914,7 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return rc == XENT_ECACHE ? EXIT_CACHE : 1;
     }
-    if (o->json) print_json(&p, info, &r, i == 0, i == o->nshapes - 1, o->top, o->ngiven > 0);
+    if (j) print_json(j, o, &p, info, &r);
     else print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
     xent_tune_result_free(&r);
@@ -759,9 +926,15 @@ static int cmd_tune(const cli *o) {
     xent_context *ctx = NULL;
     xent_device_info info;
     tc_db *db = NULL;
+    json j, *list = NULL;
     int rc = open_context(o, &ctx, &info);
     if (!rc) rc = open_db(o, 0, &db);
-    for (int i = 0; !rc && i < o->nshapes; i++) rc = tune_one(o, ctx, &info, db, i);
+    if (!rc && o->json) {
+        json_start(list = &j, stdout);
+        json_array(list, NULL);
+    }
+    for (int i = 0; !rc && i < o->nshapes; i++) rc = tune_one(o, ctx, &info, db, list, i);
+    if (list) json_end(list); /* a failure ends the list early, but it stays a list */
     tc_close(db);
     xent_context_destroy(ctx);
     return rc;

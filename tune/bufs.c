@@ -2,7 +2,6 @@
  * reference, and rotated device copies so small problems are not timed from L2. */
 #include "tune/bufs.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,22 +164,9 @@ void tune_bufs_destroy(xent_context *ctx, tune_bufs *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* Relative error of the device result against the reference; NaN never
- * passes unless the reference is NaN too. Vectors compare by norms. */
-double tune_bufs_error(const tune_bufs *b) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < b->out_count; i++) {
-        double o = b->host_out[i], r = b->ref[i];
-        if (isnan(r) || isnan(o)) {
-            if (isnan(r) != isnan(o)) return INFINITY;
-            continue;
-        }
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    if (num == 0.0) return 0.0;
-    return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
-}
+/* Relative error of the device result against the reference, by norms;
+ * NaN never passes unless the reference is NaN too (xent_rel_err_vec). */
+double tune_bufs_error(const tune_bufs *b) { return xent_rel_err_vec(b->host_out, b->ref, (int64_t)b->out_count); }
 
 static double grad_elem(const tune_bufs *b, int64_t k) {
     if (b->dtype == XENT_F32) return ((const float *)b->host_grad)[k];
@@ -190,14 +176,9 @@ static double grad_elem(const tune_bufs *b, int64_t k) {
 
 double tune_bufs_grad_error(const tune_bufs *b) {
     if (!b->ref_grad || b->op == XENT_OP_FORWARD) return 0.0;
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < b->n; i += b->grad_step)
-        for (int64_t j = 0; j < b->c; j++) {
-            double g = grad_elem(b, i * b->row_stride + j), r = b->ref_grad[i / b->grad_step * b->c + j];
-            if (isnan(g) != isnan(r)) return INFINITY;
-            if (isnan(r)) continue;
-            num += (g - r) * (g - r);
-            den += r * r;
-        }
-    return num == 0.0 ? 0.0 : sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-300);
+    xent_err_acc acc = {0};
+    for (int64_t i = 0; i < b->n && !acc.bad; i += b->grad_step)
+        for (int64_t j = 0; j < b->c; j++)
+            xent_err_acc_add(&acc, grad_elem(b, i * b->row_stride + j), b->ref_grad[i / b->grad_step * b->c + j]);
+    return xent_err_acc_value(&acc);
 }

@@ -415,16 +415,24 @@ double xent_rel_err_vec(const float *a, const double *b, int64_t n)
         return 0.0;
     if (!a || !b)
         return NAN;
-    double d2 = 0.0, b2 = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double x = a[i], y = b[i];
-        if (!isfinite(x) || !isfinite(y)) {
-            if ((isnan(x) && isnan(y)) || x == y)
-                continue; /* matching non-finite values */
-            return INFINITY;
-        }
-        d2 += (x - y) * (x - y);
-        b2 += y * y;
+    xent_err_acc acc = {0};
+    for (int64_t i = 0; i < n && !acc.bad; i++)
+        xent_err_acc_add(&acc, a[i], b[i]);
+    return xent_err_acc_value(&acc);
+}
+
+void xent_err_acc_add(xent_err_acc *acc, double a, double b)
+{
+    if (!isfinite(a) || !isfinite(b)) {
+        if (!((isnan(a) && isnan(b)) || a == b)) /* matching non-finite values are left out */
+            acc->bad = 1;
+        return;
     }
-    return sqrt(d2) / fmax(sqrt(b2), XENT_REL_ERR_TINY);
+    acc->d2 += (a - b) * (a - b);
+    acc->b2 += b * b;
+}
+
+double xent_err_acc_value(const xent_err_acc *acc)
+{
+    return acc->bad ? INFINITY : sqrt(acc->d2) / fmax(sqrt(acc->b2), XENT_REL_ERR_TINY);
 }

@@ -107,6 +107,19 @@ double xent_rel_err(double a, double b);
  */
 double xent_rel_err_vec(const float *a, const double *b, int64_t n);
 
+/**
+ * xent_rel_err_vec's error gathered one pair at a time, for results that are
+ * not one float array (strided rows, 16-bit values): zero-initialize, add
+ * each (result, reference) pair, then read the value.
+ */
+typedef struct xent_err_acc {
+    double d2, b2; /* the squared norms of the differences and of the references */
+    int bad;       /* a non-finite value on one side only was seen */
+} xent_err_acc;
+
+void xent_err_acc_add(xent_err_acc *acc, double a, double b);
+double xent_err_acc_value(const xent_err_acc *acc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -174,7 +174,7 @@ static int launch_floor(void *arg, int copy) {
     long long ba = once_blocks(na), grid = fl->grid ? fl->grid : ba + once_blocks(nb);
     CUdeviceptr a = fl->bufs->logits[copy], b = fl->bufs->targets[copy];
     void *loop[] = {&a, &na, &b, &nb, &fl->sink}, *once[] = {&a, &na, &b, &nb, &ba, &fl->sink};
-    if (grid > 0x7fffffffLL) return xent_fail(fl->ctx, XENT_EUNSUPPORTED, "read floor: %lld blocks", grid);
+    if (grid > 0x7fffffffLL) return xent_fail(fl->ctx, XENT_EINVAL, "read floor: %lld blocks, more than a launch takes", grid);
     CUresult r = fl->ctx->drv->LaunchKernel(fl->fn, (unsigned)(grid > 0 ? grid : 1), 1, 1, fl->grid ? 256 : ONCE_BLOCK,
                                             1, 1, 0, NULL, fl->grid ? loop : once, NULL);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(fl->ctx, "cuLaunchKernel(read floor)", r);

@@ -7,6 +7,7 @@
  */
 #include "tunecache.h"
 
+#include "common/files.h"
 #include "gen/space.h"
 #include "xent.h"
 
@@ -721,7 +722,7 @@ int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int6
 
 /* One level of the chain: its stores (up to two, in preference order). */
 typedef struct level {
-    int from;
+    xent_source from;
     tc_db *db[2];
     const char *name[2];
     int exact, relaxed, any_kind;
@@ -752,9 +753,9 @@ static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, c
 {
     if (lv->any_kind && c->kd == 0) /* the same kind's level of these stores came first */
         return 1;
-    if (lv->from == TC_FROM_NEAREST)
+    if (lv->from == XENT_SOURCE_NEAREST)
         return !lv->any_kind && c->k.n == key->n && c->k.c == key->c;
-    if (lv->from == TC_FROM_ARCH)
+    if (lv->from == XENT_SOURCE_ARCH)
         return lv->db[0] == s->shipped && !strcmp(c->k.gpu, key->gpu) && c->k.sm_count == key->sm_count;
     return 0;
 }
@@ -763,7 +764,9 @@ static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, c
 static int pick(const level *lv, const tc_stores *s, const tc_key *key, const cands *cs,
                 tc_answer *a)
 {
-    static const char *suffix[] = { "", "", " (nearest)", "", "", " (arch)" };
+    static const char *suffix[XENT_SOURCE_ARCH + 1] = {
+        [XENT_SOURCE_NEAREST] = " (nearest)", [XENT_SOURCE_ARCH] = " (arch)"
+    };
     char why[300], kind[96];
     size_t passed = 0;
     for (size_t i = 0; i < cs->n; i++) {
@@ -792,11 +795,12 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
             if (c->kd)
                 tc_kind_text(&c->k, kind + 1, sizeof kind - 1), kind[0] = ' ';
             note_add(a, "%s %lldx%lld%s%s: %s", name, (long long)c->k.n, (long long)c->k.c, kind,
-                     suffix[lv->from], why);
+                     suffix[lv->from] ? suffix[lv->from] : "", why);
         }
     }
     if (passed > NOTED_PER_LEVEL)
-        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from]);
+        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL,
+                 suffix[lv->from] ? suffix[lv->from] : "");
     return a->from == lv->from;
 }
 
@@ -827,7 +831,7 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
     if (!a)
         return XENT_EINVAL;
     memset(a, 0, sizeof *a);
-    a->from = TC_FROM_NONE;
+    a->from = XENT_SOURCE_HEURISTIC;
     if (!s || !key || !terminated(key->gpu, sizeof key->gpu)
         || !terminated(key->family, sizeof key->family)
         || !terminated(key->template_hash, sizeof key->template_hash))
@@ -837,14 +841,14 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a)
     int shaped = key->n > 0 && key->c > 0;
     int kinds = shaped && s->any_kind;
     const level levels[] = {
-        { TC_FROM_USER, { s->user, NULL }, { "user", NULL }, 1, 0, 0 },
-        { TC_FROM_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0, 0 },
-        { TC_FROM_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
+        { XENT_SOURCE_USER_DB, { s->user, NULL }, { "user", NULL }, 1, 0, 0 },
+        { XENT_SOURCE_SHIPPED, { s->shipped, NULL }, { ship, NULL }, 1, 0, 0 },
+        { XENT_SOURCE_NEAREST, { shaped ? s->user : NULL, shaped ? s->shipped : NULL },
           { "user", ship }, 0, 0, 0 },
-        { TC_FROM_NEAREST, { kinds ? s->user : NULL, kinds ? s->shipped : NULL },
+        { XENT_SOURCE_NEAREST, { kinds ? s->user : NULL, kinds ? s->shipped : NULL },
           { "user", ship }, 0, 0, 1 },
-        { TC_FROM_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 0 },
-        { TC_FROM_ARCH, { kinds ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 1 },
+        { XENT_SOURCE_ARCH, { shaped ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 0 },
+        { XENT_SOURCE_ARCH, { kinds ? s->arch : NULL, NULL }, { arch, NULL }, 0, 1, 1 },
     };
     int err = XENT_ENOTFOUND;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
@@ -1391,30 +1395,17 @@ int tc_import_file(tc_db *db, const char *path, int *rows)
 
 /* ---- user path ----------------------------------------------------------- */
 
-static const char *env(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
 int tc_user_path(char *buf, size_t len)
 {
-    const char *v;
-    int n;
+    const char *v = getenv("XENT_TUNECACHE");
+    char home[4096];
+    int n = -1;
     if (!buf || len == 0)
         return XENT_EINVAL;
-    /* The XDG spec says a relative XDG_CACHE_HOME is invalid and to ignore it. */
-    const char *xdg = env("XDG_CACHE_HOME");
-    if (xdg && xdg[0] != '/')
-        xdg = NULL;
-    if ((v = env("XENT_TUNECACHE")))
+    if (v && *v)
         n = snprintf(buf, len, "%s", v);
-    else if (xdg)
-        n = snprintf(buf, len, "%s/xent/tune.db", xdg);
-    else if ((v = env("HOME")))
-        n = snprintf(buf, len, "%s/.cache/xent/tune.db", v);
-    else
-        n = -1;
+    else if (xent_cache_home(home, sizeof home, NULL) == XENT_OK)
+        n = snprintf(buf, len, "%s/tune.db", home);
     if (n < 0 || (size_t)n >= len) {
         buf[0] = '\0';
         return XENT_EINVAL;

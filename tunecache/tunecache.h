@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "xent.h"
+
 /* 2 added the stamps (template_hash, nvrtc) to both tables; a version 1
  * file is migrated when opened for writing and read as unstamped otherwise. */
 #define TC_SCHEMA_VERSION 2
@@ -58,10 +60,6 @@ typedef struct tc_entry {
     int nvrtc;              /* tc_put stores the key's) */
 } tc_entry;
 
-/* Where tc_lookup found an entry (numerically equal to xent_source). */
-enum { TC_FROM_USER = 0, TC_FROM_SHIPPED = 1, TC_FROM_NEAREST = 2, TC_FROM_NONE = 3,
-       TC_FROM_ARCH = 5 };
-
 /* Open (creating if needed, unless readonly) the file at path; ":memory:" works.
  * Creates the schema in a new file; refuses a file whose user_version is newer
  * than TC_SCHEMA_VERSION, that is not a tune cache, or whose winners' table is
@@ -103,7 +101,8 @@ typedef struct tc_stores {
 
 typedef struct tc_answer {
     tc_entry entry;
-    int from;                /* TC_FROM_* */
+    xent_source from;        /* the level that answered: XENT_SOURCE_USER_DB, _SHIPPED,
+                                _NEAREST or _ARCH; XENT_SOURCE_HEURISTIC when none did */
     char cache[32];          /* the store that answered: "user" or a shipped cache's GPU key */
     int64_t n, c;            /* the answering entry's shape */
     int targets, reduction, options; /* and its problem kind */
@@ -126,7 +125,7 @@ typedef struct tc_answer {
  * (the runtime checks that the config fits it: a PERSIST=2 config of
  * reduction none is refused for a mean).
  * An entry is passed over when stale (tc_stale) or not accepted. XENT_OK with
- * a filled; XENT_ENOTFOUND (a->from = TC_FROM_NONE) when no level answered;
+ * a filled; XENT_ENOTFOUND (a->from = XENT_SOURCE_HEURISTIC) when no level answered;
  * a store's error (XENT_ECACHE) when nothing answered and a store failed. */
 int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a);
 
@@ -161,8 +160,8 @@ int tc_import_file(tc_db *db, const char *path, int *rows);
 typedef int (*tc_visit_fn)(void *arg, const tc_key *key, const tc_entry *e);
 int tc_foreach(tc_db *db, const char *gpu, tc_visit_fn fn, void *arg);
 
-/* The user cache path: $XENT_TUNECACHE, else $XDG_CACHE_HOME/xent/tune.db,
- * else $HOME/.cache/xent/tune.db. Creates no directory. */
+/* The user cache path: $XENT_TUNECACHE, else tune.db in xent_cache_home
+ * ($XDG_CACHE_HOME/xent when absolute, else ~/.cache/xent). Creates no directory. */
 int tc_user_path(char *buf, size_t len);
 
 #endif

@@ -40,6 +40,16 @@ def test_library_loads_without_gpu():
     assert _capi.errstr(_capi.XENT_ENOTFOUND, lib)
 
 
+def test_library_version_is_the_headers_and_the_packages():
+    import re
+    import xent
+    lib = library_or_skip()
+    text = open(os.path.join(ROOT, "include", "xent.h")).read()
+    v = int(re.search(r"#define XENT_VERSION (\d+)", text).group(1))
+    assert lib.xent_version() == v
+    assert _capi.library_version(lib) == xent.__version__
+
+
 def test_library_candidates_env(monkeypatch, tmp_path):
     monkeypatch.setenv("XENT_LIB", str(tmp_path / "nope.so"))
     assert _capi.default_library_path() == str(tmp_path / "nope.so")

@@ -51,7 +51,8 @@ except ImportError:  # pragma: no cover - lets the layout checks run without tor
 
 __all__ = [
     "Xent", "Plan", "XentError", "Problem", "Args", "DeviceInfo", "load_library",
-    "default_library_path", "library_candidates", "default_datadir", "plan_source", "plan_describe",
+    "default_library_path", "library_candidates", "default_datadir", "library_version", "plan_source",
+    "plan_describe",
     "check_layout", "XENT_OK", "XENT_EINVAL", "XENT_EBADTARGET", "XENT_ENOTFOUND", "SOURCE_NAMES",
     "XENT_OP_FORWARD", "XENT_OP_FUSED", "XENT_OP_BACKWARD", "XENT_OP_COMBINE", "XENT_OP_RESCALE",
 ]
@@ -67,15 +68,12 @@ XENT_ECOMPILE = 5
 XENT_ENOMEM = 6
 XENT_ECACHE = 7
 XENT_EBADTARGET = 8
-XENT_EUNSUPPORTED = 9
 XENT_ENOTFOUND = 10
-XENT_EWRONGRESULT = 11
 
 STATUS_NAMES = {
     0: "XENT_OK", 1: "XENT_EINVAL", 2: "XENT_ENODRIVER", 3: "XENT_ENODEVICE",
     4: "XENT_ECUDA", 5: "XENT_ECOMPILE", 6: "XENT_ENOMEM", 7: "XENT_ECACHE",
-    8: "XENT_EBADTARGET", 9: "XENT_EUNSUPPORTED", 10: "XENT_ENOTFOUND",
-    11: "XENT_EWRONGRESULT",
+    8: "XENT_EBADTARGET", 10: "XENT_ENOTFOUND",
 }
 
 XENT_F32, XENT_F16, XENT_BF16 = 0, 1, 2
@@ -218,6 +216,19 @@ def default_datadir():
     return None
 
 
+def _preload_nvrtc():
+    """Load the toolkit's libnvrtc.so globally; True if one was loaded."""
+    import glob
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        for lib in sorted(glob.glob(os.path.join(root or "", "lib64", "libnvrtc.so*")), key=len) if root else ():
+            try:
+                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                return True
+            except OSError:
+                continue
+    return False
+
+
 def load_library(path=None):
     """Load libxent.so (once per path) and declare every function's C signature."""
     path = os.path.abspath(path or default_library_path())
@@ -226,9 +237,17 @@ def load_library(path=None):
     if not os.path.exists(path):
         raise OSError("libxent.so not found at %s (looked at: %s); build it with make, install the "
                       "package with pip, or set XENT_LIB" % (path, ", ".join(library_candidates())))
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        # libxent.so records no RUNPATH: where the loader's search does not know CUDA's folder, NVRTC
+        # is loaded first from the toolkit (CUDA_HOME, CUDA_PATH, /usr/local/cuda) and the load retried
+        if "nvrtc" not in str(e) or not _preload_nvrtc():
+            raise
+        lib = ctypes.CDLL(path)
     P, I, S, V = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
     sigs = {
+        "xent_version": (I, []),
         "xent_errstr": (V, [I]),
         "xent_problem_init": (None, [ctypes.POINTER(Problem), ctypes.c_int64, ctypes.c_int64]),
         "xent_problem_check": (I, [ctypes.POINTER(Problem), ctypes.c_char_p, S]),
@@ -251,6 +270,12 @@ def load_library(path=None):
         fn.argtypes = argtypes
     _libs[path] = lib
     return lib
+
+
+def library_version(lib=None):
+    """The loaded library's version as "major.minor.patch" (xent_version())."""
+    v = (lib or load_library()).xent_version()
+    return "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
 
 
 def errstr(rc, lib=None):
