@@ -32,10 +32,12 @@ else
 fi
 rc=0
 # pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
-(cd python/tests && $PY -m pytest -v -rs test_gpu.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
+(cd python/tests && $PY -m pytest -v -rfEs test_gpu.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
 tail -5 "$LOG/pytest-gpu.log"
-(cd python/tests && $PY -m pytest -q -rs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
+grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller even when the log does not
+(cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
 tail -3 "$LOG/pytest-cpu.log"
+grep -E '^(FAILED|ERROR) ' "$LOG/pytest-cpu.log"
 $PY bench/bench_train.py --out "$LOG/bench" > "$LOG/bench_train.log" 2>&1 || rc=1
 tail -12 "$LOG/bench_train.log"
 exit $rc
