@@ -36,7 +36,7 @@ a wrong one is reported and not timed; an unimportable one is skipped):
   quack         quack.cross_entropy.cross_entropy(logits, targets,
                 reduction='mean') under torch.no_grad() (forward only).
 
-Protocol (issue 4), the same for every implementation:
+Protocol, the same for every implementation:
   - inputs: logits torch.rand (uniform [0,1), as KernelBench; --dist randn for
     normal), targets int64 uniform in [0, c), mean reduction; the inputs are
     rotated among k copies, k the smallest >= 2 with k * bytes > 4 x L2
@@ -869,9 +869,9 @@ def run(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="xent cross-entropy benchmark (issue 4)")
+    ap = argparse.ArgumentParser(description="xent cross-entropy benchmark")
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES),
-                    help="comma-separated NxC[:bf16|f16] (default: the 8 shapes of issue 4)")
+                    help="comma-separated NxC[:bf16|f16] (default: the 8 reference shapes)")
     ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset of " + ",".join(IMPLS))
     ap.add_argument("--quick", action="store_true", help="fewer repeats and single calls")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")

@@ -418,7 +418,7 @@ static void rule_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
         cfg->passes = fit > max_items ? 1 : 2;
         return;
     }
-    /* Long rows, from the H200's tunes (2026-12-02): many rows take a 256-thread
+    /* Long rows, as the H200's tunes chose: many rows take a 256-thread
      * team per row (16384x50257: 750 us against 1043 with 512 threads); few
      * rows take 512 threads and only as many segments as fill the SMs once
      * (64x262144: 2 segments 23.5 us, 8 segments 42.2 us). */

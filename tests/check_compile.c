@@ -201,10 +201,9 @@ static void compile_listed(const listed_config *list, size_t n) {
     }
 }
 
-/* Configs the GPU sweep (which checks every config for spills on 16 cores)
- * found spilling on 2026-12-02, before the template asked for more registers
- * for the dynamic schedule and for weighted smoothing: under every problem
- * variant, none may spill again. */
+/* Configs that spill unless the template asks for more registers for the
+ * dynamic schedule and for weighted smoothing (the GPU sweep checks every
+ * config for spills): under every problem variant, none may spill. */
 START_TEST(sweep_spills_stay_fixed) {
     static const listed_config found[] = {
         {XENT_F32, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
@@ -232,7 +231,7 @@ START_TEST(async_configs_compile) {
         {XENT_F16, "VEC=2 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
         {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
         {XENT_BF16, "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
-        /* 64-thread blocks: spilled 40 bytes at 96 registers in the GPU sweep of 12:19 */
+        /* 64-thread blocks: 40 bytes spilled at a cap of 96 registers */
         {XENT_F16, "VEC=8 TPR=64 BLOCK=64 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
         {XENT_BF16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
     };

@@ -304,8 +304,8 @@ START_TEST(test_smoothing_zero_weight_sum)
 {
     /* Targets whose weights are all 0 with eps > 0: PyTorch's nll mean is 0/0
        = NaN, so the mean is NaN although the smoothing part alone is finite
-       (0.25/3 * smooth / 0 would be +inf); the sum stays finite. Seen on the
-       H200 through the PyTorch cross-check, 2026-12-02. */
+       (0.25/3 * smooth / 0 would be +inf); the sum stays finite, as the
+       PyTorch cross-check on the GPU shows. */
     const float w[3] = {0, 2, 0};
     const int64_t t[2] = {2, 0};
     double out[2];

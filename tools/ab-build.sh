@@ -2,8 +2,8 @@
 # Build xent-example and xent-tune from git revisions (or the working tree,
 # ".") into build/variants/NAME/, for an A/B of template changes on the GPU
 # machine: the `ab` stage of tools/gpu-session.sh times each build's plans,
-# interleaved, in one call (how log 21 of docs/performance.md caught a
-# change that cost 0.6-3.9 us).
+# interleaved, in one call, so that changes of a few microseconds are not
+# lost in the drift between calls.
 #   tools/ab-build.sh base=HEAD~1 new=.
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 NAME=REV|. ..." >&2; exit 2; }

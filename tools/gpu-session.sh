@@ -5,10 +5,8 @@
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
-# Seen on the H200 (2026-12-02): test ~2.5 min, configs 2.4 min for fp32 (3834
-# configs) and ~2 min a 16-bit dtype at 3228 configs (15:26-15:32); POLY has since
-# tripled the 16-bit space (9630 a dtype, ~5.5 min expected at ~30 compiles a
-# second on 16 cores): one dtype a call (SWEEP_DTYPES), crosscheck ~1 min,
+# Stage times on the H200: test ~2.5 min, configs ~2.5 min for fp32 and ~5.5 min
+# a 16-bit dtype (~30 compiles a second on 16 cores): one dtype a call (SWEEP_DTYPES), crosscheck ~1 min,
 # tune ~1.5 min, exhaustive 10-25 s a shape, sweep ~2.5 min at SWEEP_BUDGET=3,
 # bench ~1.5 min; random ~3-4 min untuned (RANDOM_BUDGET=0), ~45 s a problem at
 # RANDOM_BUDGET=30 (estimates); a call has 10 min. XENT_TEST_SWEEP_EVERY=k runs every k-th config.

