@@ -64,13 +64,23 @@ $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(TEST_DEFS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent.a $(CHECK_LIBS) $(LIBS)
+
+# A stand-in libcuda.so.1 (host memory, launches counted, kernels not run):
+# check_threads builds and launches plans from many threads against it, so
+# the runtime's path past the driver runs, under TSan too, without a GPU.
+STANDIN := $(BUILD)/standin/libcuda.so.1
+$(STANDIN): tests/standin/libcuda.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+$(BUILD)/tests/check_threads: $(STANDIN)
+$(BUILD)/tests/check_threads: TEST_DEFS = -DXENT_STANDIN_DIR='"$(abspath $(BUILD))/standin"'
 
 # CPU suites: no GPU needed. Each suite is a target of its own (make -j2 test
 # runs two at once), compiling kernels into a throwaway cache of its own, its
 # output kept in a log and printed whole so that parallel suites do not
 # interleave. The slowest suites come first, so a parallel run ends sooner.
-CPU_ORDER := check_compile check_cli check_space check_reference check_tunecache check_api
+CPU_ORDER := check_compile check_cli check_threads check_space check_reference check_tunecache check_api
 CPU_SUITES := $(notdir $(CPU_TESTS))
 CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
 test: $(CPU_RUNS)
