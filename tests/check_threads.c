@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "runtime/runtime.h"
+#include "tune/tune.h"
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 
@@ -98,21 +99,25 @@ static void *work(void *arg) {
             xent_plan *none = (xent_plan *)1;
             if (xent_plan_get(w->ctx, &bad, &none) != XENT_EINVAL || none)
                 return FAIL(w, "thread %d: c = 0 was not refused", w->index);
+            /* the message is this thread's, whatever the others failed with meanwhile */
+            if (!strstr(xent_errmsg(w->ctx), "problem: c must be >= 1"))
+                return FAIL(w, "thread %d: refused c = 0, message '%.200s'", w->index, xent_errmsg(w->ctx));
         }
         int rc = xent_plan_get(w->ctx, &p, &w->plans[k]);
         if (rc) return FAIL(w, "thread %d: xent_plan_get: %s", w->index, xent_errstr(rc));
         size_t ws_size = xent_workspace_size(w->plans[k]);
         void *ws = aligned_alloc(16, (ws_size + 15) & ~(size_t)15);
         if (!ws) return FAIL(w, "no workspace");
-        xent_args a = {device_buf, device_buf, NULL, (float *)device_buf, NULL, ws, NULL, NULL, NULL};
+        xent_args a = {.logits = device_buf, .targets = device_buf, .loss = (float *)device_buf, .workspace = ws};
         if (tc->op == XENT_OP_FUSED) a.grad = device_buf + 4096;
         for (int l = 0; l < LAUNCHES; l++) {
             if (tc->share == MIXED && w->index % 2) {
                 xent_args skew = a;
                 skew.loss = (float *)(device_buf + 1);
-                if (xent_plan_launch(w->plans[k], stream, &skew) != XENT_EINVAL) {
+                if (xent_plan_launch(w->plans[k], stream, &skew) != XENT_EINVAL ||
+                    !strstr(xent_errmsg(w->ctx), "4-byte aligned")) {
                     free(ws);
-                    return FAIL(w, "thread %d: a misaligned loss was launched", w->index);
+                    return FAIL(w, "thread %d: a misaligned loss: '%.200s'", w->index, xent_errmsg(w->ctx));
                 }
             }
             if ((rc = xent_plan_launch(w->plans[k], stream, &a))) {
@@ -188,6 +193,37 @@ END_TEST
 START_TEST(test_refusals_among_builds) { run_case(&cases[3]); }
 END_TEST
 
+/* The tuner's compile path: 16 threads compile 16 configs, four of them
+ * each asked for four times, through the kernel cache (memory and disk) at
+ * once; duplicates must come back byte for byte the same CUBIN. */
+START_TEST(test_compile_many) {
+    setenv("XENT_KERNEL_CACHE", tpath("kernels"), 1);
+    xent_problem p;
+    xent_problem_init(&p, 4096, 4096);
+    xent_config distinct[4], cfgs[16];
+    int got = (int)xent_space_enumerate(XENT_F32, &p, 132, NULL, 0);
+    ck_assert_int_ge(got, 4);
+    xent_config *all = calloc((size_t)got, sizeof *all);
+    ck_assert(all);
+    xent_space_enumerate(XENT_F32, &p, 132, all, (size_t)got);
+    for (int k = 0; k < 4; k++) distinct[k] = all[k * (got / 4)];
+    free(all);
+    for (int i = 0; i < 16; i++) cfgs[i] = distinct[i % 4];
+    int status[16];
+    xent_cubin bins[16];
+    static char errs[16][512];
+    memset(bins, 0, sizeof bins);
+    xent_compile_many(cfgs, 16, &p, 1, 90, 16, status, bins, errs);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_msg(status[i] == XENT_OK, "config %d: %s", i, errs[i]);
+        ck_assert_uint_gt(bins[i].size, 1000);
+        ck_assert_msg(bins[i].size == bins[i % 4].size && !memcmp(bins[i].data, bins[i % 4].data, bins[i].size),
+                      "config %d: a different CUBIN from its duplicate", i);
+    }
+    for (int i = 0; i < 16; i++) xent_cubin_free(&bins[i]);
+}
+END_TEST
+
 static void make_tmpdir(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/xent-threads-XXXXXX");
     ck_assert(mkdtemp(tmpdir));
@@ -208,6 +244,7 @@ int main(int argc, char **argv) {
     const scratch_test tests[] = {
         {"threads", 600, test_shared}, {"threads", 600, test_own_shapes},
         {"threads", 600, test_fused_shared}, {"threads", 600, test_refusals_among_builds},
+        {"threads", 600, test_compile_many},
     };
     Suite *s = suite_create("threads");
     add_scratch_tests(s, tests, sizeof tests / sizeof tests[0], make_tmpdir);
