@@ -93,6 +93,39 @@ $(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune
 test-gpu: $(GPU_TESTS) $(TOOLS)
 	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $$t; done
 
+# Fuzzing (clang's libFuzzer with ASan and UBSan): each target in tests/fuzz
+# runs FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/<target>, kept
+# as it is); what it finds new goes to $(FUZZ_BUILD)/corpus/<target>, a
+# crash to $(FUZZ_BUILD)/crash-* and fails the run. The library is built
+# apart with coverage (BUILD=$(FUZZ_BUILD)), so it never mixes with build/.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build-fuzz
+FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+# a shapes file and a config are short; an import of a few rows is some kilobytes
+FUZZ_MAXLEN_fuzz_shape := 64
+FUZZ_MAXLEN_fuzz_config := 256
+FUZZ_MAXLEN_fuzz_shapes_file := 4096
+FUZZ_MAXLEN_fuzz_import := 8192
+.PHONY: fuzz fuzz-build $(addprefix fuzz-,$(FUZZ_TARGETS))
+fuzz-build:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CFLAGS='$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link' \
+		LDFLAGS='-fsanitize=address,undefined' $(FUZZ_BUILD)/libxent.a
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) tools/xent-tune.c fuzz-build
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(XCFLAGS) -o $@ $< $(FUZZ_BUILD)/libxent.a $(LIBS)
+fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
+$(addprefix fuzz-,$(FUZZ_TARGETS)): fuzz-%: $(FUZZ_BUILD)/fuzz/%
+	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/artifacts/$*
+	@log=$(FUZZ_BUILD)/fuzz/$*.log; \
+	$< -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAXLEN_$*) -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$*/ \
+		$(FUZZ_BUILD)/corpus/$* tests/fuzz/corpus/$* > $$log 2>&1; rc=$$?; \
+	echo "== $* ($(FUZZ_SECONDS) s): $$(grep -h 'stat::number_of_executed_units' $$log | tr -dc 0-9) runs," \
+		"$$(grep -h 'stat::new_units_added' $$log | tr -dc 0-9) new inputs, exit $$rc"; \
+	[ $$rc = 0 ] || tail -60 $$log; exit $$rc
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/xent
 	install -m 644 include/xent.h $(DESTDIR)$(PREFIX)/include/
@@ -102,4 +135,4 @@ install: all
 	install -m 644 tunecache/*.sql $(DESTDIR)$(PREFIX)/share/xent/
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -627,6 +627,13 @@ START_TEST(test_shapes_file_errors)
     expect_usage(&r, ":2: line longer than 255 characters", bad);
     result_free(&r);
 
+    /* A NUL byte is an error naming its line: the line read to it alone
+     * would drop the rest unread (fuzz_shapes_file found "1x1\0..." taken as 1x1). */
+    write_file(bad, "4x4\n1x1\0" "9x9\n2x2\n", 16);
+    r = RUN("--dry-run", "-f", bad);
+    expect_usage(&r, ":2: holds a NUL byte", bad);
+    result_free(&r);
+
     /* A directory is said to be one. */
     r = RUN("--dry-run", "-f", tmpdir);
     expect_usage(&r, "is a directory", tmpdir);

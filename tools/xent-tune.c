@@ -140,6 +140,12 @@ static int read_shapes_file(cli *o, const char *path) {
     ssize_t len;
     int rc = 0;
     for (int no = 1; !rc && (len = getline(&line, &cap, f)) >= 0; no++) {
+        /* a NUL byte would end the line early and the rest be dropped unread */
+        if (memchr(line, 0, (size_t)len)) {
+            snprintf(where, sizeof where, ":%d: holds a NUL byte", no);
+            rc = shapes_file_error(path, where);
+            break;
+        }
         line[strcspn(line, "\r\n")] = 0; /* the message quotes the shape, not its line break */
         if (strlen(line) > MAX_SHAPE_LINE) {
             snprintf(where, sizeof where, ":%d: line longer than %d characters", no, MAX_SHAPE_LINE);
