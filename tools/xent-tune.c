@@ -749,7 +749,9 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
     int rc = xent_tune(ctx, &p, &opts, &r);
     if (b.tty && !b.quiet) fprintf(stderr, "\n");
-    if (rc) {
+    /* a winner the cache refused is still shown: the search's result is not lost with it */
+    int unstored = rc == XENT_ECACHE && r.best.status == TRIAL_OK;
+    if (rc && !unstored) {
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return rc == XENT_ECACHE ? EXIT_CACHE : 1;
     }
@@ -757,6 +759,10 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     else print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
     xent_tune_result_free(&r);
+    if (unstored) {
+        fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
+        return EXIT_CACHE;
+    }
     if (!ok) fprintf(stderr, "%s: %s: no candidate was correct\n", prog, what);
     return ok ? 0 : 1;
 }
