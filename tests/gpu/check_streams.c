@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#include "tests/rand.h"
 #include "tune/reference.h"
 
 #define MAX_THREADS 16
@@ -72,15 +73,6 @@ static struct {
     int threads, rounds;
     pthread_barrier_t start;
 } G;
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double urand(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
 
 static void make_inputs(job *j, const stream_case *k) {
     xent_problem_init(&j->p, k->n, k->c);
