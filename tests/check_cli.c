@@ -38,6 +38,7 @@ enum { EXIT_USAGE = 2, EXIT_DEVICE = 3, EXIT_CACHE = 4 };
 #define MAX_ARGS 64
 #define QUICK_S 30      /* time limit of a command that needs no compiler */
 #define COMPILE_S 240   /* time limit of a --compile-only run */
+#define DRY_S 120       /* a dry run of 32768x4096 is 7 s of CPU, some 20 under ASan */
 
 typedef struct result {
     int code;           /* exit status, or -1 when killed by a signal */
@@ -748,7 +749,7 @@ START_TEST(test_dry_run_shapes_file)
     const char *file = tpath("shapes.txt");
     /* Comments, blank lines, indentation, CRLF and no final newline. */
     write_text(file, "# benchmark shapes\n1x1\n\n   4x7\n\t# indented comment\n32768x4096\r\n8x50257  \n1024x128");
-    result r = RUN("--dry-run", "--shapes-file", file);
+    result r = RUN_T(DRY_S, "--dry-run", "--shapes-file", file);
     expect_code(&r, 0);
     ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
     int n, at = 0;
@@ -761,7 +762,7 @@ START_TEST(test_dry_run_shapes_file)
         ck_assert_str_eq(s.what, want);
 
         /* Each section is what the shape alone gives. */
-        result one = RUN("--dry-run", "--shape", shapes[i]);
+        result one = RUN_T(DRY_S, "--dry-run", "--shape", shapes[i]);
         expect_code(&one, 0);
         int n1, at1 = 0;
         char **lines1 = split_lines(one.out, &n1);
@@ -781,7 +782,7 @@ START_TEST(test_dry_run_shapes_file)
     result_free(&r);
 
     /* --shape and --shapes-file add up, in order. */
-    r = RUN("--dry-run", "--shape", "2x3", "-f", file, "--shape", "5x6");
+    r = RUN_T(DRY_S, "--dry-run", "--shape", "2x3", "-f", file, "--shape", "5x6");
     expect_code(&r, 0);
     lines = split_lines(r.out, &n);
     at = 0;
@@ -1497,8 +1498,9 @@ static Suite *cli_suite(void)
         {"info", 60, test_help},
         {"info", 60, test_version},
         /* a dry run of 32768x4096 is 7 s of CPU; the shapes-file test makes
-         * twelve such runs, past a minute on two cores shared with check_compile */
-        {"dry-run", 300, test_dry_run_one_shape},
+         * twelve such runs, past a minute on two cores shared with check_compile,
+         * minutes under ASan */
+        {"dry-run", 600, test_dry_run_one_shape},
         {"dry-run", 60, test_dry_run_problem_options},
         {"dry-run", 60, test_dry_run_shapes_file},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
