@@ -61,22 +61,24 @@ static void record(xent_context *ctx, const char *text) {
     if (m) {
         m->ctx = ctx;
         m->id = ctx->id;
-        if (m->text != text) snprintf(m->text, sizeof m->text, "%s", text);
+        snprintf(m->text, sizeof m->text, "%s", text);
     }
     pthread_mutex_lock(&ctx->msg_lock);
     snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", text);
     pthread_mutex_unlock(&ctx->msg_lock);
 }
 
+/* Formatted apart from the thread's buffer: an argument may be the text
+ * xent_errmsg returned, that very buffer. */
 int xent_fail(xent_context *ctx, int rc, const char *fmt, ...) {
     if (!ctx) return rc;
-    thread_msg *m = this_thread();
-    char small[512];
+    char small[512], *text = malloc(sizeof ctx->errmsg);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m ? m->text : small, m ? sizeof m->text : sizeof small, fmt, ap);
+    vsnprintf(text ? text : small, text ? sizeof ctx->errmsg : sizeof small, fmt, ap);
     va_end(ap);
-    record(ctx, m ? m->text : small);
+    record(ctx, text ? text : small);
+    free(text);
     return rc;
 }
 
