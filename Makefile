@@ -103,14 +103,24 @@ $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 # Test binaries are never installed: they keep CUDA's folder as their RUNPATH.
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(CHECK_LIBS) \
+	$(CC) $(CFLAGS) $(XCFLAGS) $(TEST_DEFS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(CHECK_LIBS) \
 		$(LIBS) -Wl,-rpath,$(CUDA)/lib64
+
+# A stand-in libcuda.so.1 (host memory, launches counted, kernels not run):
+# check_threads builds and launches plans from many threads against it, so
+# the runtime's path past the driver runs, under TSan too, without a GPU.
+STANDIN := $(BUILD)/standin/libcuda.so.1
+$(STANDIN): tests/standin/libcuda.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(XCFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+$(BUILD)/tests/check_threads: $(STANDIN)
+$(BUILD)/tests/check_threads: TEST_DEFS = -DXENT_STANDIN_DIR='"$(abspath $(BUILD))/standin"'
 
 # CPU suites: no GPU needed. Each suite is a target of its own (make -j2 test
 # runs two at once), compiling kernels into a throwaway cache of its own, its
 # output kept in a log and printed whole so that parallel suites do not
 # interleave. The slowest suites come first, so a parallel run ends sooner.
-CPU_ORDER := check_compile check_cli check_space check_reference check_tunecache check_api
+CPU_ORDER := check_compile check_cli check_threads check_space check_reference check_tunecache check_api
 CPU_SUITES := $(notdir $(CPU_TESTS))
 CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
 test: $(CPU_RUNS)
@@ -123,6 +133,40 @@ $(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune $(BUILD)/libxent.so $(B
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.
 test-gpu: $(GPU_TESTS) $(TOOLS)
 	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $$t; done
+
+# Fuzzing (clang's libFuzzer with ASan and UBSan): each target in tests/fuzz
+# runs FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/<target>, kept
+# as it is); what it finds new goes to $(FUZZ_BUILD)/corpus/<target>, a
+# crash to $(FUZZ_BUILD)/crash-* and fails the run. The library is built
+# apart with coverage (BUILD=$(FUZZ_BUILD)), so it never mixes with build/.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD := build-fuzz
+FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+# a shapes file and a config are short; an import of a few rows is some kilobytes
+FUZZ_MAXLEN_fuzz_shape := 64
+FUZZ_MAXLEN_fuzz_config := 256
+FUZZ_MAXLEN_fuzz_shapes_file := 4096
+FUZZ_MAXLEN_fuzz_import := 8192
+.PHONY: fuzz fuzz-build $(addprefix fuzz-,$(FUZZ_TARGETS))
+fuzz-build:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CFLAGS='$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link' \
+		LDFLAGS='-fsanitize=address,undefined' $(FUZZ_BUILD)/libxent.a $(FUZZ_BUILD)/libxent-tune.a
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) tools/xent-tune.c fuzz-build
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(XCFLAGS) -o $@ $< $(FUZZ_BUILD)/libxent-tune.a $(FUZZ_BUILD)/libxent.a \
+		$(LIBS) -Wl,-rpath,$(CUDA)/lib64
+fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
+$(addprefix fuzz-,$(FUZZ_TARGETS)): fuzz-%: $(FUZZ_BUILD)/fuzz/%
+	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/artifacts/$*
+	@log=$(FUZZ_BUILD)/fuzz/$*.log; \
+	$< -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAXLEN_$*) -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$*/ \
+		$(FUZZ_BUILD)/corpus/$* tests/fuzz/corpus/$* > $$log 2>&1; rc=$$?; \
+	echo "== $* ($(FUZZ_SECONDS) s): $$(grep -h 'stat::number_of_executed_units' $$log | tr -dc 0-9) runs," \
+		"$$(grep -h 'stat::new_units_added' $$log | tr -dc 0-9) new inputs, exit $$rc"; \
+	[ $$rc = 0 ] || tail -60 $$log; exit $$rc
 
 # Installed as a distribution lays a library out: the file named by its full
 # version, the SONAME link the loader follows, the unversioned link -lxent finds.
@@ -139,4 +183,4 @@ install: all
 	install -m 644 tunecache/*.sql $(DESTDIR)$(PREFIX)/share/xent/
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

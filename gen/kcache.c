@@ -4,7 +4,14 @@
  * and the NVRTC version; a disk entry stores the whole key and is used only
  * when it matches exactly (a hash collision can never load a wrong kernel).
  * Files are written to a temporary name and renamed, so readers never see
- * half a file, as PyTorch's NVRTC cache does. */
+ * half a file, as PyTorch's NVRTC cache does. The rename does not make the
+ * bytes durable (a crash may leave a named file of zeros or of part of its
+ * bytes), and a disk can damage a file later: a file's last 8 bytes are a
+ * hash of all before them, and a file whose length or hash disagrees is
+ * ignored and compiled again, never handed to the driver.
+ *
+ * File: "XENTKRN2", key length (u64), key, counters (4 x i32), CUBIN
+ * length (u64), CUBIN, FNV-1a 64 of everything before it (u64). */
 #include "gen/gen.h"
 #include "common/files.h"
 
@@ -17,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC "XENTKRN1"
+#define MAGIC "XENTKRN2"
+/* CUBINs of this template are tens of KB; a file past this is not one of ours. */
+#define MAX_FILE_BYTES (64L << 20)
 
 typedef struct mem_entry {
     char *key;
@@ -90,52 +99,81 @@ static void disk_path(const char *dir, const char *key, char *buf, size_t len) {
     snprintf(buf, len, "%s/%016llx.cubin", dir, (unsigned long long)xent_text_hash(key, strlen(key)));
 }
 
-static int read_exact(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+/* The whole file, if it is a regular one of at most MAX_FILE_BYTES. */
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    unsigned char *buf = NULL;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= MAX_FILE_BYTES &&
+        (buf = malloc((size_t)st.st_size + 1))) {
+        *len = fread(buf, 1, (size_t)st.st_size + 1, f);
+        if (*len != (size_t)st.st_size) { /* it changed under us: a writer's rename is not ours to race */
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
 
 static int disk_find(const char *dir, const char *key, xent_cubin *out) {
     char path[4200];
     disk_path(dir, key, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return XENT_ENOTFOUND;
-    char magic[8];
-    uint64_t klen = 0, size = 0;
+    size_t len = 0;
+    unsigned char *buf = read_file(path, &len);
+    if (!buf) return XENT_ENOTFOUND;
+    uint64_t klen = strlen(key), size = 0, sum = 0;
     int32_t counters[4];
+    size_t at = 8 + 8 + klen + sizeof counters; /* the CUBIN length's offset */
     int rc = XENT_ENOTFOUND;
-    char *stored = NULL;
-    if (read_exact(f, magic, 8) && !memcmp(magic, MAGIC, 8) && read_exact(f, &klen, 8) &&
-        klen == strlen(key) && (stored = malloc(klen)) && read_exact(f, stored, klen) &&
-        !memcmp(stored, key, klen) && read_exact(f, counters, sizeof counters) &&
-        read_exact(f, &size, 8) && size > 0 && size < (1u << 30) && (out->data = malloc(size)) &&
-        read_exact(f, out->data, size)) {
-        out->size = size;
-        out->registers = counters[0];
-        out->spill_bytes = counters[1];
-        out->stack_bytes = counters[2];
-        out->smem_bytes = counters[3];
-        out->from_cache = 2;
-        rc = XENT_OK;
-    } else {
-        free(out->data);
-        out->data = NULL;
+    if (len >= at + 8 + 8 && !memcmp(buf, MAGIC, 8) && !memcmp(buf + 8, &klen, 8) && !memcmp(buf + 16, key, klen)) {
+        memcpy(counters, buf + 16 + klen, sizeof counters);
+        memcpy(&size, buf + at, 8);
+        memcpy(&sum, buf + len - 8, 8);
+        /* the length first: then the hash covers exactly the bytes the header says */
+        if (size > 0 && size == len - at - 16 && sum == xent_text_hash((const char *)buf, len - 8) &&
+            (out->data = malloc(size))) {
+            memcpy(out->data, buf + at + 8, size);
+            out->size = size;
+            out->registers = counters[0];
+            out->spill_bytes = counters[1];
+            out->stack_bytes = counters[2];
+            out->smem_bytes = counters[3];
+            out->from_cache = 2;
+            rc = XENT_OK;
+        }
     }
-    free(stored);
-    fclose(f);
+    free(buf);
     return rc;
 }
 
-/* Best effort: a read-only or full disk only costs recompiles. */
+/* Best effort: a read-only or full disk only costs recompiles. The file is
+ * made in memory first, so its hash is of the very bytes written. */
 static void disk_store(const char *dir, const char *key, const xent_cubin *bin) {
     char path[4200], tmp[4300];
+    uint64_t klen = strlen(key), size = bin->size;
+    int32_t counters[4] = {bin->registers, bin->spill_bytes, bin->stack_bytes, bin->smem_bytes};
+    size_t len = 8 + 8 + klen + sizeof counters + 8 + size + 8, at = 0;
+    unsigned char *buf = malloc(len);
+    if (!buf) return;
+#define PUT(src, n) (memcpy(buf + at, (src), (n)), at += (n))
+    PUT(MAGIC, 8);
+    PUT(&klen, 8);
+    PUT(key, klen);
+    PUT(counters, sizeof counters);
+    PUT(&size, 8);
+    PUT(bin->data, size);
+    uint64_t sum = xent_text_hash((const char *)buf, at);
+    PUT(&sum, 8);
+#undef PUT
     xent_mkdirs(dir, 1);
     disk_path(dir, key, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid() ^ (long)pthread_self());
     FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(buf, 1, len, f) == len;
+    free(buf);
     if (!f) return;
-    uint64_t klen = strlen(key), size = bin->size;
-    int32_t counters[4] = {bin->registers, bin->spill_bytes, bin->stack_bytes, bin->smem_bytes};
-    int ok = fwrite(MAGIC, 1, 8, f) == 8 && fwrite(&klen, 8, 1, f) == 1 &&
-             fwrite(key, 1, klen, f) == klen && fwrite(counters, sizeof counters, 1, f) == 1 &&
-             fwrite(&size, 8, 1, f) == 1 && fwrite(bin->data, 1, size, f) == size;
     if (fclose(f) || !ok || rename(tmp, path)) unlink(tmp);
 }
 

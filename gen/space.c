@@ -1,6 +1,8 @@
 /* gen/space.c — the knob table, constraints, config text and heuristic. */
 #include "gen/space.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,9 +320,12 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
             return XENT_EINVAL;
         }
         char *end;
+        errno = 0;
         long v = strtol(eq + 1, &end, 10);
-        if (end == eq + 1 || !in_list(k, (int)v)) {
-            if (why && len) snprintf(why, len, "%s: illegal value '%.*s'", k->name, (int)strcspn(eq + 1, " "), eq + 1);
+        /* range first: cast to int, 4294967297 would read as 1, a legal VEC */
+        int separated = !*end || *end == ' ' || *end == '\t' || *end == ',';
+        if (end == eq + 1 || errno || v < INT_MIN || v > INT_MAX || !separated || !in_list(k, (int)v)) {
+            if (why && len) snprintf(why, len, "%s: illegal value '%.*s'", k->name, (int)strcspn(eq + 1, " \t,"), eq + 1);
             return XENT_EINVAL;
         }
         unsigned bit = 1u << (k - xent_knobs);

@@ -179,7 +179,12 @@ XENT_API int xent_context_create(xent_context **ctx, int ordinal);
 /** Release a context, its plans, kernels and device memory. NULL is allowed. */
 XENT_API void xent_context_destroy(xent_context *ctx);
 
-/** The detailed message of the context's last failure ("" if none); ctx may be NULL. */
+/**
+ * The detailed message of the calling thread's last failure on ctx, or, if
+ * this thread has none, of the context's last failure in any thread ("" if
+ * none); ctx may be NULL. The text stays valid until this thread's next call
+ * into xent. Thread-safe: threads that fail at once each read their own.
+ */
 XENT_API const char *xent_errmsg(const xent_context *ctx);
 
 /** Device facts: name, compute capability, multiprocessor count and the GPU key (e.g. "h200"). */

@@ -88,12 +88,16 @@ int xent_context_create(xent_context **out, int ordinal) {
     *out = NULL;
     xent_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return XENT_ENOMEM;
+    static _Atomic uint64_t next_id = 1;
     pthread_rwlock_init(&ctx->lock, NULL);
+    pthread_mutex_init(&ctx->msg_lock, NULL);
+    ctx->id = next_id++;
     ctx->ordinal = ordinal;
     *out = ctx;
     int rc;
-    ctx->drv = xent_driver_load(&rc, ctx->errmsg, sizeof ctx->errmsg);
-    if (!ctx->drv) return rc;
+    char why[512];
+    ctx->drv = xent_driver_load(&rc, why, sizeof why);
+    if (!ctx->drv) return xent_fail(ctx, rc, "%s", why);
     return open_device(ctx, ordinal);
 }
 
@@ -108,6 +112,7 @@ void xent_context_destroy(xent_context *ctx) {
     if (ctx->cuctx) ctx->drv->DevicePrimaryCtxRelease(ctx->dev);
     xent_caches_close(&ctx->caches);
     pthread_rwlock_destroy(&ctx->lock);
+    pthread_mutex_destroy(&ctx->msg_lock);
     free(ctx);
 }
 

@@ -1,5 +1,7 @@
 /* runtime/errors.c — the version, status texts, failure messages and problem checks. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,22 +25,84 @@ const char *xent_errstr(int rc) {
     }
 }
 
-int xent_fail(xent_context *ctx, int rc, const char *fmt, ...) {
-    if (ctx) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
-        va_end(ap);
+/* Failures are recorded per thread as well as per context: threads that
+ * share a context fail at the same time (a refused problem in one, a
+ * compile error in another), and one buffer written by both raced, so a
+ * caller could read another thread's message, or a torn one. Each thread's
+ * own last message on a context is kept in a buffer of that thread's, made
+ * at its first failure; the context keeps the last of any thread, written
+ * and copied under its lock. A context's id, not its address, names it
+ * there: a later context may be allocated at a destroyed one's address. */
+typedef struct thread_msg {
+    const xent_context *ctx;
+    uint64_t id;
+    char text[sizeof ((xent_context *)0)->errmsg];
+} thread_msg;
+
+static pthread_key_t msg_key;
+static pthread_once_t msg_once = PTHREAD_ONCE_INIT;
+static int msg_key_ok;
+
+static void make_msg_key(void) { msg_key_ok = pthread_key_create(&msg_key, free) == 0; }
+
+static thread_msg *this_thread(void) {
+    pthread_once(&msg_once, make_msg_key);
+    if (!msg_key_ok) return NULL;
+    thread_msg *m = pthread_getspecific(msg_key);
+    if (!m && (m = calloc(1, sizeof *m)) && pthread_setspecific(msg_key, m)) {
+        free(m);
+        m = NULL;
     }
+    return m;
+}
+
+static void record(xent_context *ctx, const char *text) {
+    thread_msg *m = this_thread();
+    if (m) {
+        m->ctx = ctx;
+        m->id = ctx->id;
+        snprintf(m->text, sizeof m->text, "%s", text);
+    }
+    pthread_mutex_lock(&ctx->msg_lock);
+    snprintf(ctx->errmsg, sizeof ctx->errmsg, "%s", text);
+    pthread_mutex_unlock(&ctx->msg_lock);
+}
+
+/* Formatted apart from the thread's buffer: an argument may be the text
+ * xent_errmsg returned, that very buffer. */
+int xent_fail(xent_context *ctx, int rc, const char *fmt, ...) {
+    if (!ctx) return rc;
+    char small[512], *text = malloc(sizeof ctx->errmsg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text ? text : small, text ? sizeof ctx->errmsg : sizeof small, fmt, ap);
+    va_end(ap);
+    record(ctx, text ? text : small);
+    free(text);
     return rc;
 }
 
 int xent_fail_cuda(xent_context *ctx, const char *call, CUresult r) {
-    if (ctx) xent_driver_describe(ctx->drv, call, r, ctx->errmsg, sizeof ctx->errmsg);
+    char text[512];
+    if (!ctx) return XENT_ECUDA;
+    xent_driver_describe(ctx->drv, call, r, text, sizeof text);
+    record(ctx, text);
     return XENT_ECUDA;
 }
 
-const char *xent_errmsg(const xent_context *ctx) { return ctx ? ctx->errmsg : ""; }
+const char *xent_errmsg(const xent_context *ctx) {
+    if (!ctx) return "";
+    thread_msg *m = this_thread();
+    if (m && m->ctx == ctx && m->id == ctx->id) return m->text;
+    if (!m) return ctx->errmsg; /* no memory for a copy: the shared text, as it is */
+    xent_context *c = (xent_context *)ctx; /* the lock is not part of what const promises */
+    pthread_mutex_lock(&c->msg_lock);
+    snprintf(m->text, sizeof m->text, "%s", ctx->errmsg);
+    pthread_mutex_unlock(&c->msg_lock);
+    m->ctx = ctx;
+    m->id = ctx->id;
+    return m->text;
+}
 
 void xent_problem_init(xent_problem *p, int64_t n, int64_t c) {
     if (!p) return;

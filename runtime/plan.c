@@ -99,7 +99,13 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
 
 static int load_kernel(xent_context *ctx, xent_plan *plan) {
     xent_cubin bin;
-    int rc = xent_kernel_get(&plan->config, &plan->problem, ctx->arch, &bin, ctx->errmsg, sizeof ctx->errmsg);
+    /* the compile log goes through xent_fail, which keeps each thread's message its own */
+    char *log = malloc(sizeof ctx->errmsg);
+    if (!log) return xent_fail(ctx, XENT_ENOMEM, "no memory for a compile log");
+    log[0] = 0;
+    int rc = xent_kernel_get(&plan->config, &plan->problem, ctx->arch, &bin, log, sizeof ctx->errmsg);
+    if (rc) xent_fail(ctx, rc, "%s", log);
+    free(log);
     if (rc) return rc;
     plan->registers = bin.registers;
     plan->spill_bytes = bin.spill_bytes;

@@ -69,7 +69,9 @@ struct xent_context {
     plan_slot *slots;        /* open addressing, power-of-two capacity */
     size_t nslots, nplans;
     xent_caches caches;
-    char errmsg[16384];
+    uint64_t id;             /* unique in the process: names the context in per-thread messages */
+    pthread_mutex_t msg_lock; /* errmsg: written and copied under it (runtime/errors.c) */
+    char errmsg[16384];      /* the last failure of any thread */
 };
 
 /* Record a failure's detail in ctx (if any) and return rc. */

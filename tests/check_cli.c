@@ -38,6 +38,7 @@
 #define MAX_ARGS 64
 #define QUICK_S 30      /* time limit of a command that needs no compiler */
 #define COMPILE_S 240   /* time limit of a --compile-only run */
+#define DRY_S 120       /* a dry run of 32768x4096 is 7 s of CPU, some 20 under ASan */
 
 typedef struct result {
     int code;           /* exit status, or -1 when killed by a signal */
@@ -627,6 +628,13 @@ START_TEST(test_shapes_file_errors)
     expect_usage(&r, ":2: line longer than 255 characters", bad);
     result_free(&r);
 
+    /* A NUL byte is an error naming its line: the line read to it alone
+     * would drop the rest unread (fuzz_shapes_file found "1x1\0..." taken as 1x1). */
+    write_file(bad, "4x4\n1x1\0" "9x9\n2x2\n", 16);
+    r = RUN("--dry-run", "-f", bad);
+    expect_usage(&r, ":2: holds a NUL byte", bad);
+    result_free(&r);
+
     /* A directory is said to be one. */
     r = RUN("--dry-run", "-f", tmpdir);
     expect_usage(&r, "is a directory", tmpdir);
@@ -741,7 +749,7 @@ START_TEST(test_dry_run_shapes_file)
     const char *file = tpath("shapes.txt");
     /* Comments, blank lines, indentation, CRLF and no final newline. */
     write_text(file, "# benchmark shapes\n1x1\n\n   4x7\n\t# indented comment\n32768x4096\r\n8x50257  \n1024x128");
-    result r = RUN("--dry-run", "--shapes-file", file);
+    result r = RUN_T(DRY_S, "--dry-run", "--shapes-file", file);
     expect_code(&r, 0);
     ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
     int n, at = 0;
@@ -754,7 +762,7 @@ START_TEST(test_dry_run_shapes_file)
         ck_assert_str_eq(s.what, want);
 
         /* Each section is what the shape alone gives. */
-        result one = RUN("--dry-run", "--shape", shapes[i]);
+        result one = RUN_T(DRY_S, "--dry-run", "--shape", shapes[i]);
         expect_code(&one, 0);
         int n1, at1 = 0;
         char **lines1 = split_lines(one.out, &n1);
@@ -774,7 +782,7 @@ START_TEST(test_dry_run_shapes_file)
     result_free(&r);
 
     /* --shape and --shapes-file add up, in order. */
-    r = RUN("--dry-run", "--shape", "2x3", "-f", file, "--shape", "5x6");
+    r = RUN_T(DRY_S, "--dry-run", "--shape", "2x3", "-f", file, "--shape", "5x6");
     expect_code(&r, 0);
     lines = split_lines(r.out, &n);
     at = 0;
@@ -1494,7 +1502,10 @@ static Suite *cli_suite(void)
         {"usage", 60, test_shapes_file_errors},
         {"info", 60, test_help},
         {"info", 60, test_version},
-        {"dry-run", 60, test_dry_run_one_shape},
+        /* a dry run of 32768x4096 is 7 s of CPU; the shapes-file test makes
+         * twelve such runs, past a minute on two cores shared with check_compile,
+         * minutes under ASan */
+        {"dry-run", 600, test_dry_run_one_shape},
         {"dry-run", 60, test_dry_run_problem_options},
         {"dry-run", 60, test_dry_run_shapes_file},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},

@@ -396,6 +396,106 @@ START_TEST(kernel_cache_rejects_a_tampered_entry) {
 }
 END_TEST
 
+/* Damage done to a stored kernel by a crash before its bytes reached the
+ * disk, by a disk, or by hand: each must be noticed and compiled again (the
+ * file rewritten whole), never handed to the driver. */
+typedef enum { FLIP_CUBIN, FLIP_HASH, FLIP_COUNTERS, CUT_ONE, CUT_HALF, EMPTY, APPEND } damage_kind;
+
+typedef struct damage {
+    const char *what;
+    damage_kind kind;
+} damage;
+
+static const damage damages[] = {
+    {"a byte of the CUBIN flipped", FLIP_CUBIN},
+    {"a byte of the hash flipped", FLIP_HASH},
+    {"a byte of the ptxas counters flipped", FLIP_COUNTERS},
+    {"cut by one byte", CUT_ONE},
+    {"cut in half", CUT_HALF},
+    {"left empty", EMPTY},
+    {"16 bytes appended", APPEND},
+};
+
+/* The damaged copy of a good file of len bytes (bad has room for 16 more); its length. */
+static size_t apply_damage(damage_kind kind, const unsigned char *good, size_t len, unsigned char *bad) {
+    uint64_t klen;
+    memcpy(bad, good, len);
+    memcpy(&klen, good + 8, 8);
+    switch (kind) {
+    case FLIP_CUBIN: bad[len - 500] ^= 0x20; return len;
+    case FLIP_HASH: bad[len - 3] ^= 0x20; return len;
+    case FLIP_COUNTERS: bad[16 + klen] ^= 0x01; return len; /* the register count */
+    case CUT_ONE: return len - 1;
+    case CUT_HALF: return len / 2;
+    case EMPTY: return 0;
+    case APPEND: memset(bad + len, 'j', 16); return len + 16;
+    }
+    return len;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char *buf = malloc(1 << 22);
+    ck_assert_ptr_nonnull(buf);
+    *len = fread(buf, 1, 1 << 22, f);
+    fclose(f);
+    return buf;
+}
+
+static void spit(const char *path, const unsigned char *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* In a child, so that this process's memory cache never answers: the
+ * status is 0 when the kernel came from where `want` says. */
+static void get_in_child(const xent_problem *p, int want_from) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        xent_cubin b;
+        char err[2048];
+        _exit(xent_kernel_get(&small_cfg, p, ARCH, &b, err, sizeof err) == XENT_OK && b.from_cache == want_from ? 0
+                                                                                                                : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the kernel did not come from %s",
+                  want_from == 0 ? "a compile" : "the disk");
+}
+
+START_TEST(kernel_cache_recompiles_a_damaged_entry) {
+    const damage *d = &damages[_i];
+    char dir[] = "/tmp/xent_kc_XXXXXX", cmd[512], path[600];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XENT_KERNEL_CACHE", dir, 1);
+    xent_problem p = small_problem();
+    get_in_child(&p, 0);
+    snprintf(cmd, sizeof cmd, "ls %s/*.cubin", dir);
+    FILE *ls = popen(cmd, "r");
+    ck_assert_ptr_nonnull(ls);
+    ck_assert_ptr_nonnull(fgets(path, sizeof path, ls));
+    pclose(ls);
+    path[strcspn(path, "\n")] = 0;
+    size_t len, len2;
+    unsigned char *good = slurp(path, &len), *bad = malloc(len + 16);
+    ck_assert_ptr_nonnull(bad);
+    size_t bad_len = apply_damage(d->kind, good, len, bad);
+    spit(path, bad, bad_len);
+    get_in_child(&p, 0);  /* noticed: compiled again */
+    unsigned char *again = slurp(path, &len2);
+    ck_assert_msg(len2 == len && !memcmp(again, good, len), "%s: the file was not rewritten whole", d->what);
+    get_in_child(&p, 2);  /* and the rewritten file is used */
+    free(good);
+    free(bad);
+    free(again);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(kernel_cache_can_be_off) {
     setenv("XENT_KERNEL_CACHE", "off", 1);
     char dir[64];
@@ -415,9 +515,6 @@ int main(void) {
     tcase_add_test(tc, nvrtc_version_known);
     tcase_add_test(tc, read_floor_compiles);
     tcase_add_test(tc, template_hash_of_family);
-    tcase_add_test(tc, kernel_cache_memory_and_disk);
-    tcase_add_test(tc, kernel_cache_rejects_a_tampered_entry);
-    tcase_add_test(tc, kernel_cache_can_be_off);
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
     tcase_add_test(tc, async_configs_compile);
@@ -429,5 +526,13 @@ int main(void) {
     tcase_add_test(tc, sample_bf16);
     tcase_add_test(tc, sample_dynamic);
     suite_add_tcase(s, tc);
+    /* a case of its own: CK_RUN_CASE=kcache runs it alone */
+    TCase *kc = tcase_create("kcache");
+    tcase_set_timeout(kc, 300);
+    tcase_add_test(kc, kernel_cache_memory_and_disk);
+    tcase_add_test(kc, kernel_cache_rejects_a_tampered_entry);
+    tcase_add_loop_test(kc, kernel_cache_recompiles_a_damaged_entry, 0, (int)(sizeof damages / sizeof damages[0]));
+    tcase_add_test(kc, kernel_cache_can_be_off);
+    suite_add_tcase(s, kc);
     return run_suite(s);
 }

@@ -113,6 +113,12 @@ START_TEST(parse_rejects_bad_text) {
         "VEC=4 VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", /* twice */
         "VEC4 TPR=32",                                                           /* no '=' */
         "VEC=x TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* not a number */
+        /* past int range: these wrapped to VEC=4 and were taken (fuzz_config's property) */
+        "VEC=4294967300 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
+        "VEC=-4294967292 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
+        "VEC=99999999999999999999 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
+        "VEC=4TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",     /* no separator */
+        "VEC=4.5 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",  /* not an integer */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         why[0] = 0;

@@ -14,6 +14,8 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1396,6 +1398,159 @@ static void become_reader(void)
         _exit(90);
 }
 
+/* ---- faults during a tune ---------------------------------------------------
+ *
+ * A tune writes as tune/tuner.c does: a trial row per candidate measured,
+ * then the winner, each its own statement. Here a child writes that way to
+ * a cache holding earlier winners (EARLIER rows, some of which it re-tunes
+ * with better ones) and is killed, or runs into a file size limit, on the
+ * way. What must hold after: the cache opens (the winners' table passes
+ * quick_check), every earlier winner is there with its old value or its
+ * re-tune's whole new one, and every row reads back as the runtime reads it. */
+
+enum { EARLIER = 40, NEW_SHAPES = 200, TRIALS_PER_SHAPE = 12 };
+
+/* The earlier winners: n 1..EARLIER, c 4096, us = n. */
+static void fill_earlier(const char *path)
+{
+    tc_db *db = open_ok(path);
+    for (int i = 1; i <= EARLIER; i++)
+        put_ok(db, i, 4096, CFG, (double)i);
+    tc_close(db);
+}
+
+/* The tuning child: every third shape re-tunes an earlier one (us = n / 2),
+ * the others are new (n > EARLIER). Exit 0 when every write went in, 1 when
+ * a write failed with XENT_ECACHE and a message, 2 otherwise. */
+static int tune_writes(const char *path)
+{
+    tc_db *db = NULL;
+    char err[512];
+    if (tc_open(path, 0, &db, err, sizeof err) != XENT_OK)
+        return err[0] ? 1 : 2;
+    int rc = XENT_OK;
+    for (int i = 0; rc == XENT_OK && i < NEW_SHAPES; i++) {
+        int64_t n = i % 3 == 0 ? 1 + (i / 3) % EARLIER : EARLIER + 1 + i;
+        tc_key k = mkkey(n, 4096);
+        for (int t = 0; rc == XENT_OK && t < TRIALS_PER_SHAPE; t++)
+            rc = tc_add_trial(db, &k, CFG, 10.0 + t, 100.0 * t, t % 4 ? "ok" : "pruned");
+        tc_entry e = mkentry(CFG, n <= EARLIER ? (double)n / 2 : 1000.0 + (double)n);
+        if (rc == XENT_OK)
+            rc = tc_put(db, &k, &e);
+    }
+    int failed_with_reason = rc == XENT_ECACHE && tc_errmsg(db)[0];
+    if (rc != XENT_OK)
+        fprintf(stderr, "tune writer: %s\n", tc_errmsg(db));
+    tc_close(db);
+    return rc == XENT_OK ? 0 : failed_with_reason ? 1 : 2;
+}
+
+typedef struct { int rows, earlier, retuned, bad; } cache_check;
+
+static int check_row(void *arg, const tc_key *k, const tc_entry *e)
+{
+    cache_check *c = arg;
+    c->rows++;
+    int ok = !strcmp(e->config, CFG) && k->c == 4096;
+    if (k->n <= EARLIER) {
+        c->earlier++;
+        c->retuned += e->us == (double)k->n / 2;
+        ok = ok && (e->us == (double)k->n || e->us == (double)k->n / 2);
+    } else {
+        ok = ok && e->us == 1000.0 + (double)k->n;
+    }
+    c->bad += !ok;
+    return 0;
+}
+
+/* Opens (quick_check included), reads every row; every earlier winner is there. */
+static cache_check check_intact(const char *path)
+{
+    cache_check c = { 0, 0, 0, 0 };
+    tc_db *db = open_ok(path);
+    ck_assert_int_eq(tc_foreach(db, NULL, check_row, &c), XENT_OK);
+    tc_close(db);
+    ck_assert_msg(c.bad == 0, "%d rows of %d hold values no tune wrote", c.bad, c.rows);
+    ck_assert_int_eq(c.earlier, EARLIER);
+    return c;
+}
+
+static pid_t start_writer(const char *path, rlim_t fsize)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (fsize != RLIM_INFINITY) {
+            /* a write past the limit fails with EFBIG instead of killing the writer */
+            signal(SIGXFSZ, SIG_IGN);
+            struct rlimit r = { fsize, fsize };
+            if (setrlimit(RLIMIT_FSIZE, &r) != 0)
+                _exit(3);
+        }
+        _exit(tune_writes(path));
+    }
+    return pid;
+}
+
+static int wait_writer(pid_t pid)
+{
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+/* SIGKILL at 30 points of a tune, the cache carried from one to the next. */
+START_TEST(test_kill_during_tune)
+{
+    const char *p = tpath("killed.db");
+    fill_earlier(p);
+    int killed = 0, max_rows = 0;
+    srand(11);
+    for (int round = 0; round < 30; round++) {
+        pid_t pid = start_writer(p, RLIM_INFINITY);
+        usleep((useconds_t)(500 + rand() % 10000));
+        kill(pid, SIGKILL);
+        int status = wait_writer(pid);
+        killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+        cache_check c = check_intact(p);
+        max_rows = c.rows > max_rows ? c.rows : max_rows;
+    }
+    /* the kills must have landed mid-tune for the test to say anything */
+    ck_assert_int_ge(killed, 15);
+    fprintf(stderr, "kill during tune: %d of 30 writers killed, up to %d winners, earlier %d kept\n", killed,
+            max_rows, EARLIER);
+}
+END_TEST
+
+/* A file size limit, as a full disk, at several distances past the cache's
+ * size now: each tune fails with the reason, the cache stays whole, and
+ * with the room back a tune completes. */
+START_TEST(test_disk_full_during_tune)
+{
+    static const long room[] = { 0, 512, 4096, 32768, 262144 };
+    for (size_t i = 0; i < sizeof room / sizeof room[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "full%zu.db", i);
+        const char *p = tpath(name);
+        fill_earlier(p);
+        struct stat st;
+        ck_assert_int_eq(stat(p, &st), 0);
+        int status = wait_writer(start_writer(p, (rlim_t)st.st_size + (rlim_t)room[i]));
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                      "room %ld: the tune did not fail with a reason (status %d)", room[i], status);
+        cache_check c = check_intact(p);
+        fprintf(stderr, "disk full %ld bytes past the cache: failed with a reason, %d winners, earlier %d kept\n",
+                room[i], c.rows, c.earlier);
+        status = wait_writer(start_writer(p, RLIM_INFINITY));
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "room back: status %d", status);
+        c = check_intact(p);
+        ck_assert_int_eq(c.rows, EARLIER + NEW_SHAPES - (NEW_SHAPES + 2) / 3);
+        ck_assert_int_eq(c.retuned, EARLIER);
+    }
+}
+END_TEST
+
 /* In a child as a reader: opens path read-only and counts its rows; the exit
  * status is the count, or 100 + the open's status. */
 static int reader_count(const char *path)
@@ -1550,6 +1705,7 @@ static Suite *tunecache_suite(void)
         { "import", 20, test_import_file_bounds },
         { "procs", 60, test_two_processes },           { "procs", 60, test_concurrent_create },
         { "env", 60, test_user_path },
+        { "faults", 120, test_kill_during_tune },    { "faults", 120, test_disk_full_during_tune },
         { "readonly", 60, test_readonly_places },      { "readonly", 60, test_foreign_v1_untouched },
     };
     add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py gradprofile random
+#   grad gradtune py gradprofile random threads sanitize faults
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -175,6 +175,66 @@ for s in "$@"; do
                 done
             done
         done ;;
+    threads)
+        # 16 threads, each its own stream, workspace and problem, building
+        # their plans at once, against a serial run (THREADS_ROUNDS launches
+        # a thread, each read back and compared)
+        stage "threads and streams"
+        XENT_TEST_ROUNDS="${THREADS_ROUNDS:-20}" run timeout "${TEST_TIMEOUT:-600}" build/tests/gpu/check_streams ;;
+    sanitize)
+        # compute-sanitizer over a subset of the GPU suite chosen to fit about
+        # 4 minutes (the tools slow kernels 10-100x, racecheck most): every
+        # kernel family and launch path, at small sizes. memcheck: the C
+        # example at 4096x1000, check_gpu's semantics case (ignored rows, all
+        # ignored, offsets, bad targets: the out-of-range paths), check_grad's
+        # ops, 4 threads of check_streams for 2 rounds (callers' workspaces,
+        # streams). racecheck (shared memory hazards): the example and
+        # check_gpu's split case (block reductions of split rows).
+        # initcheck (reads of device memory never written): the example,
+        # check_gpu's basics, 4 threads of check_streams for 1 round. Each run
+        # has SANITIZE_TIMEOUT seconds (default 100); a timeout is reported as
+        # a failure, never as clean.
+        stage "compute-sanitizer"
+        CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+        st=${SANITIZE_TIMEOUT:-100}
+        san() { local tool=$1; shift
+            echo "--- $tool: $*"
+            XENT_TEST_SEED=${XENT_TEST_SEED:-1} CK_FORK=no run timeout "$st" "$CS" --tool "$tool" --error-exitcode 99 \
+                --print-limit 20 "$@"; }
+        san memcheck build/xent-example 4096 1000
+        CK_RUN_CASE=semantics san memcheck build/tests/gpu/check_gpu
+        CK_RUN_CASE=ops san memcheck build/tests/gpu/check_grad
+        XENT_TEST_THREADS=4 XENT_TEST_ROUNDS=2 san memcheck build/tests/gpu/check_streams
+        san racecheck build/xent-example 4096 1000
+        CK_RUN_CASE=split san racecheck build/tests/gpu/check_gpu
+        san initcheck build/xent-example 4096 1000
+        CK_RUN_CASE=basics san initcheck build/tests/gpu/check_gpu
+        XENT_TEST_THREADS=4 XENT_TEST_ROUNDS=1 san initcheck build/tests/gpu/check_streams ;;
+    faults)
+        # a real tune killed (SIGKILL) at several points, then one on a full
+        # disk (a file size limit of 64 KB, SIGXFSZ ignored so writes fail: the
+        # cache's 32 KB shared index fits, so it opens, and its trial and
+        # winner writes do not):
+        # the cache must open, keep the earlier winner line for line, and the
+        # full-disk tune must exit 4 saying the winner was not stored
+        stage "faults during a tune"
+        fdb=$(mktemp -d)/tune.db
+        run $TUNE --db "$fdb" --shape 512x1000 --budget 3 -q --top 1
+        before=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb" | grep -c "INSERT")
+        keep=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb" | grep ", 512, 1000, ")
+        [ -n "$keep" ] || { echo "FAILED: no earlier winner for 512x1000"; status=1; }
+        for t in 1 2 3 5 8; do
+            $TUNE --db "$fdb" --shape "4096x$((32000 + t))" --budget 20 -q --top 1 > /dev/null 2>&1 &
+            pid=$!; sleep "$t"; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+            now=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb") || { echo "FAILED: export after a kill at ${t} s"; status=1; }
+            grep -qxF "$keep" <<< "$now" || { echo "FAILED: the earlier winner changed after a kill at ${t} s"; status=1; }
+            echo "killed at ${t} s: $($TUNE show --db "$fdb" | tail -1)"
+        done
+        ( trap '' XFSZ; ulimit -f 64; exec $TUNE --db "$fdb" --shape 2048x4096 --budget 3 -q --top 1 ) > "$OUT/full.txt" 2>&1
+        rc=$?; cat "$OUT/full.txt"
+        [ "$rc" = 4 ] && grep -q "winner was not stored" "$OUT/full.txt" || { echo "FAILED: full disk: exit $rc"; status=1; }
+        grep -qxF "$keep" <<< "$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb")" || { echo "FAILED: the earlier winner changed on a full disk"; status=1; }
+        echo "faults: $before winner(s) before, earlier winner kept through 5 kills and a full disk" ;;
     *) echo "unknown stage $s"; status=2 ;;
     esac
 done

@@ -142,6 +142,12 @@ static int read_shapes_file(cli *o, const char *path) {
     ssize_t len;
     int rc = 0;
     for (int no = 1; !rc && (len = getline(&line, &cap, f)) >= 0; no++) {
+        /* a NUL byte would end the line early and the rest be dropped unread */
+        if (memchr(line, 0, (size_t)len)) {
+            snprintf(where, sizeof where, ":%d: holds a NUL byte", no);
+            rc = shapes_file_error(path, where);
+            break;
+        }
         line[strcspn(line, "\r\n")] = 0; /* the message quotes the shape, not its line break */
         if (strlen(line) > MAX_SHAPE_LINE) {
             snprintf(where, sizeof where, ":%d: line longer than %d characters", no, MAX_SHAPE_LINE);
@@ -910,7 +916,9 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
     int rc = xent_tune(ctx, &p, &opts, &r);
     if (b.tty && !b.quiet) fprintf(stderr, "\n");
-    if (rc) {
+    /* a winner the cache refused is still shown: the search's result is not lost with it */
+    int unstored = rc == XENT_ECACHE && r.best.status == TRIAL_OK;
+    if (rc && !unstored) {
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return rc == XENT_ECACHE ? EXIT_CACHE : 1;
     }
@@ -918,6 +926,10 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     else print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
     xent_tune_result_free(&r);
+    if (unstored) {
+        fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
+        return EXIT_CACHE;
+    }
     if (!ok) fprintf(stderr, "%s: %s: no candidate was correct\n", prog, what);
     return ok ? 0 : 1;
 }

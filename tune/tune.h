@@ -62,6 +62,8 @@ typedef struct xent_tune_result {
 } xent_tune_result;
 
 void xent_tune_opts_init(xent_tune_opts *o);
+/* XENT_ECACHE, with r filled, when the winner was found but opts->db did not
+ * take it (a full disk): the caller may still show the result. */
 int xent_tune(xent_context *ctx, const xent_problem *p, const xent_tune_opts *o, xent_tune_result *r);
 void xent_tune_result_free(xent_tune_result *r);
 

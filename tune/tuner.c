@@ -408,10 +408,15 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     return run_batch(s, pick, n, "variants", 1);
 }
 
-static void store_winner(search *s, const xent_tune_result *r) {
+/* A winner the cache did not take (a full disk, a read-only file) fails the
+ * tune: the caller was told nothing was stored while the search's result
+ * was thrown away. The result stays filled for the caller to show. Trial
+ * rows are a record of the search and their failures are left out: the
+ * winner's write after them says whether the cache takes writes. */
+static int store_winner(search *s, const xent_tune_result *r) {
     /* configs the caller named are a measurement, not a search: a winner
      * among them may be far from the best, so it never replaces one */
-    if (!s->o->db || r->best.status != TRIAL_OK || s->o->only) return;
+    if (!s->o->db || r->best.status != TRIAL_OK || s->o->only) return XENT_OK;
     tc_key key;
     tc_entry e;
     memset(&e, 0, sizeof e);
@@ -422,7 +427,8 @@ static void store_winner(search *s, const xent_tune_result *r) {
     e.when = (int64_t)time(NULL);
     snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f",
              s->o->settings ? s->o->settings : "", r->floor_us, r->heuristic.us);
-    tc_put(s->o->db, &key, &e);
+    int rc = tc_put(s->o->db, &key, &e);
+    return rc == XENT_OK ? rc : xent_fail(s->ctx, XENT_ECACHE, "the winner was not stored: %s", tc_errmsg(s->o->db));
 }
 
 /* The caller's configs, as they are (xent_tune checked that they fit). */
@@ -503,7 +509,7 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
     }
     if (!rc) {
         summarize(&s, r);
-        store_winner(&s, r);
+        rc = store_winner(&s, r);
     } else {
         free(s.trials);
     }

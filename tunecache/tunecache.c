@@ -702,7 +702,7 @@ int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int6
         return fail(db, XENT_EINVAL, "no entry to fill, or shape not positive");
     cands cs = { NULL, 0, 0 };
     rc = collect(db, key, 0, 0, 0, 0, &cs);
-    if (rc == XENT_OK)
+    if (rc == XENT_OK && cs.n > 1) /* as in try_level: no qsort of a NULL array */
         qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
     size_t i = 0;
     while (rc == XENT_OK && i < cs.n && tc_stale(key, &cs.v[i].e, NULL, 0))
@@ -820,7 +820,8 @@ static int try_level(const level *lv, const tc_stores *s, const tc_key *key, tc_
                 *err = rc;
         }
     }
-    qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
+    if (cs.n > 1) /* qsort of no array (cs.v NULL) is undefined: UBSan stops there */
+        qsort(cs.v, cs.n, sizeof *cs.v, cmp_cand);
     int found = pick(lv, s, key, &cs, a);
     free(cs.v);
     return found;

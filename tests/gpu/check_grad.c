@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#include "tests/rand.h"
 #include "tests/run_suite.h"
 #include "tune/reference.h"
 #include "xent.h"
@@ -112,13 +113,6 @@ static struct {
     uint64_t seed;
 } G;
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double urand(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
 
 #define CU(call) ck_assert_msg((call) == CUDA_SUCCESS, "%s failed", #call)
 #define XE(call)                                                                                     \

@@ -4,9 +4,11 @@
  * computes the right loss with it. Without a GPU it fails (never passes). */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "tune/reference.h"
@@ -164,6 +166,56 @@ START_TEST(given_configs_are_timed_not_stored) {
 }
 END_TEST
 
+/* A full disk at the end of a tune (a file size limit of one byte: every
+ * write of the cache fails): the tune fails with XENT_ECACHE and says the
+ * winner was not stored, its result is still there to show, and the cache
+ * keeps the winner an earlier tune stored, whole. */
+START_TEST(full_disk_fails_the_tune_and_keeps_the_cache) {
+    char path[300];
+    snprintf(path, sizeof path, "%s.full", db_path);
+    unlink(path);
+    xent_problem early, late;
+    xent_problem_init(&early, 512, 1000);
+    xent_problem_init(&late, 2048, 4096);
+    xent_tune_result r;
+    tune_into(path, &early, 2, NULL, 0, &r);
+    xent_tune_result_free(&r);
+    tc_entry before, after;
+    ck_assert_int_eq(stored_entry(path, &early, &before), XENT_OK);
+
+    xent_context *ctx;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    tc_db *db;
+    char err[512];
+    ck_assert_int_eq(tc_open(path, 0, &db, err, sizeof err), XENT_OK);
+    xent_tune_opts o;
+    xent_tune_opts_init(&o);
+    o.budget_s = 2;
+    o.db = db;
+    struct rlimit old, tiny;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    tiny = (struct rlimit){1, old.rlim_max};
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails instead of killing */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &tiny), 0);
+    int rc = xent_tune(ctx, &late, &o, &r);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    ck_assert_msg(rc == XENT_ECACHE, "a tune with a full disk returned %s: %s", xent_errstr(rc), xent_errmsg(ctx));
+    ck_assert_msg(strstr(xent_errmsg(ctx), "winner was not stored"), "message: %s", xent_errmsg(ctx));
+    ck_assert_int_eq(r.best.status, TRIAL_OK);
+    printf("check_tune: full disk: %s (best %.2f us kept in the result)\n", xent_errmsg(ctx), r.best.us);
+    xent_tune_result_free(&r);
+    tc_close(db);
+    xent_context_destroy(ctx);
+
+    ck_assert_int_eq(stored_entry(path, &early, &after), XENT_OK);
+    ck_assert_str_eq(after.config, before.config);
+    ck_assert(after.us == before.us);
+    ck_assert_int_eq(stored_entry(path, &late, &after), XENT_ENOTFOUND);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(tune_small_shapes) {
     tune_case(1000, 10);
     tune_case(256, 4096);
@@ -189,6 +241,7 @@ int main(void) {
     tcase_add_test(tc, tune_small_shapes);
     tcase_add_test(tc, budget_reports_what_it_left);
     tcase_add_test(tc, given_configs_are_timed_not_stored);
+    tcase_add_test(tc, full_disk_fails_the_tune_and_keeps_the_cache);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* one process: a GPU context per test is costly */

@@ -1,0 +1,1 @@
+INSERT INTO tune SELECT * FROM tune a, tune b;
