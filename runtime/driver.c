@@ -48,6 +48,7 @@ static int resolve(void *lib) {
     RESOLVE(MemcpyHtoD, "cuMemcpyHtoD_v2");
     RESOLVE(MemcpyDtoH, "cuMemcpyDtoH_v2");
     RESOLVE(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    RESOLVE(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     RESOLVE(StreamSynchronize, "cuStreamSynchronize");
     RESOLVE(StreamCreate, "cuStreamCreate");
     RESOLVE(StreamDestroy, "cuStreamDestroy_v2");
