@@ -153,9 +153,10 @@ FUZZ_MAXLEN_fuzz_import := 8192
 fuzz-build:
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CFLAGS='$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link' \
 		LDFLAGS='-fsanitize=address,undefined' $(FUZZ_BUILD)/libxent.a $(FUZZ_BUILD)/libxent-tune.a
-$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) tools/xent-tune.c fuzz-build
+# the targets that include tools/xent-tune.c link its JSON writer too
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) tools/xent-tune.c tools/json.c fuzz-build
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(XCFLAGS) -o $@ $< $(FUZZ_BUILD)/libxent-tune.a $(FUZZ_BUILD)/libxent.a \
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(XCFLAGS) -o $@ $< tools/json.c $(FUZZ_BUILD)/libxent-tune.a $(FUZZ_BUILD)/libxent.a \
 		$(LIBS) -Wl,-rpath,$(CUDA)/lib64
 fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
 $(addprefix fuzz-,$(FUZZ_TARGETS)): fuzz-%: $(FUZZ_BUILD)/fuzz/%
