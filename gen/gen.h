@@ -21,6 +21,9 @@ const char *xent_family_file(xent_family f);
 
 /* The template source of a kernel family ("xent_fwd"); NULL if there is none. */
 const char *xent_family_template(const char *family);
+/* The family a tune-cache key names ("xent_grad/fused" is the grad family);
+ * a name of no family is judged as the forward's. */
+xent_family xent_family_named(const char *name);
 /* FNV-1a (64 bits) of n bytes: the kernel cache's and the tune cache's
  * template hash, the kernel cache's file names and the plan memo's hash. */
 uint64_t xent_text_hash(const void *data, size_t n);

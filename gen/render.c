@@ -9,19 +9,30 @@
  * names, so the key's stamp hashes that family's source. */
 static const struct {
     const char *family;
+    xent_family f;
     const char *text;
 } families[] = {
-    {"xent_fwd", xent_template_xent_fwd},
-    {"xent_grad", xent_template_xent_grad}, /* "xent_grad/fused", "xent_grad/bwd", ... */
+    {"xent_fwd", XENT_FAMILY_FWD, xent_template_xent_fwd},
+    {"xent_grad", XENT_FAMILY_GRAD, xent_template_xent_grad}, /* "xent_grad/fused", "xent_grad/bwd", ... */
 };
 
-const char *xent_family_template(const char *family) {
+/* The row of families[] a key's family names ("xent_grad/fused" is xent_grad's), or -1. */
+static int family_row(const char *family) {
     for (size_t i = 0; family && i < sizeof families / sizeof families[0]; i++) {
         size_t n = strlen(families[i].family);
-        if (!strncmp(families[i].family, family, n) && (family[n] == '\0' || family[n] == '/'))
-            return families[i].text;
+        if (!strncmp(families[i].family, family, n) && (family[n] == '\0' || family[n] == '/')) return (int)i;
     }
-    return NULL;
+    return -1;
+}
+
+const char *xent_family_template(const char *family) {
+    int i = family_row(family);
+    return i < 0 ? NULL : families[i].text;
+}
+
+xent_family xent_family_named(const char *name) {
+    int i = family_row(name);
+    return i < 0 ? XENT_FAMILY_FWD : families[i].f;
 }
 
 uint64_t xent_text_hash(const void *data, size_t n) {

@@ -66,11 +66,6 @@ void xent_knob_set(xent_config *cfg, const xent_knob *k, int v) {
 
 int xent_dtype_size(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
 
-xent_family xent_family_named(const char *name) {
-    return name && !strncmp(name, "xent_grad", 9) && (name[9] == '\0' || name[9] == '/') ? XENT_FAMILY_GRAD
-                                                                                       : XENT_FAMILY_FWD;
-}
-
 xent_family xent_problem_family(const xent_problem *p) {
     return p->op != XENT_OP_FORWARD || p->z_loss > 0.0f || p->softcap > 0.0f || p->vocab != 0
                ? XENT_FAMILY_GRAD : XENT_FAMILY_FWD;

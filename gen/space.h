@@ -21,9 +21,6 @@
 typedef enum xent_family { XENT_FAMILY_FWD = 0, XENT_FAMILY_GRAD = 1 } xent_family;
 /* The family that computes p. */
 xent_family xent_problem_family(const xent_problem *p);
-/* The family a tune-cache key names: "xent_grad" and "xent_grad/..." are
- * the grad family, anything else the forward's. */
-xent_family xent_family_named(const char *name);
 /* The tune-cache family name of p: "xent_fwd", "xent_grad/fwd", "xent_grad/fused", ... */
 const char *xent_problem_family_name(const xent_problem *p);
 

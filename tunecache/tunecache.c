@@ -8,6 +8,7 @@
 #include "tunecache.h"
 
 #include "common/files.h"
+#include "gen/gen.h"
 #include "gen/space.h"
 #include "xent.h"
 

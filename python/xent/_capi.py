@@ -134,6 +134,14 @@ class Args(ctypes.Structure):
     ]
 
 
+def make_args(**tensors):
+    """An Args holding the device pointers of the tensors given by field name (None or absent: NULL)."""
+    a = Args()
+    for name, t in tensors.items():
+        setattr(a, name, t.data_ptr() if t is not None else None)
+    return a
+
+
 class DeviceInfo(ctypes.Structure):
     """struct xent_device_info"""
     _fields_ = [
@@ -390,14 +398,8 @@ class Plan:
                         (weights, "weights"), (lse_out, "lse_out")):
             if t is not None:
                 _check_device(t, what, xe.ordinal)
-        a = Args()
-        a.logits = logits.data_ptr()
-        a.targets = targets.data_ptr()
-        a.weights = weights.data_ptr() if weights is not None else None
-        a.loss = out.data_ptr()
-        a.lse = lse_out.data_ptr() if lse_out is not None else None
-        a.workspace = workspace.data_ptr() if workspace is not None else None
-        return a
+        return make_args(logits=logits, targets=targets, weights=weights, loss=out, lse=lse_out,
+                         workspace=workspace)
 
     def launcher(self, logits, targets, out, weights=None, lse_out=None, stream=None, workspace=None):
         """Bind tensors once; return a no-argument function that launches the plan.
@@ -602,13 +604,7 @@ class Xent:
                         (weights, "weights")):
             if t is not None:
                 _check_device(t, what, self.ordinal)
-        a = Args()
-        a.logits = logits.data_ptr()
-        a.targets = targets.data_ptr()
-        a.weights = weights.data_ptr() if weights is not None else None
-        a.loss = out.data_ptr()
-        a.lse = lse_out.data_ptr() if lse_out is not None else None
-        a.workspace = None
+        a = make_args(logits=logits, targets=targets, weights=weights, loss=out, lse=lse_out)
         s = _current_stream(stream, self.ordinal)
         rc = self._lib.xent_forward(self._ctx, ctypes.byref(p), ctypes.byref(a), ctypes.c_void_p(s))
         self._check(rc, "xent_forward")

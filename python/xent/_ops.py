@@ -117,23 +117,12 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-def _ptr(t):
-    return t.data_ptr() if t is not None else None
-
-
 def _launch(device, key, logits=None, targets=None, weights=None, loss=None, lse=None, grad=None,
             dloss=None, stats=None):
     index = device.index if device.index is not None else torch.cuda.current_device()
     h, xe = _plan(index, key)
-    a = _capi.Args()
-    a.logits = _ptr(logits)
-    a.targets = _ptr(targets)
-    a.weights = _ptr(weights)
-    a.loss = _ptr(loss)
-    a.lse = _ptr(lse)
-    a.grad = _ptr(grad)
-    a.dloss = _ptr(dloss)
-    a.stats = _ptr(stats)
+    a = _capi.make_args(logits=logits, targets=targets, weights=weights, loss=loss, lse=lse, grad=grad,
+                        dloss=dloss, stats=stats)
     rc = xe._lib.xent_plan_launch(h, ctypes.c_void_p(_raw_stream(index)), ctypes.byref(a))
     if rc:
         xe._check(rc, "xent_plan_launch")
@@ -342,12 +331,25 @@ def _fused_setup(ctx, inputs, output):
     ctx.reduction = reduction
 
 
-def _fused_backward(ctx, grad_loss, grad_lse, grad_grad):
+def _fused_backward(ctx, grad_loss, *_):
+    """The fused forward's gradient, kept in ctx, times grad_loss: launched directly in eager mode, through
+    xent::rescale_ where torch.compile traces."""
     (grad,) = ctx.saved_tensors
     if grad_loss is None:
         return torch.zeros_like(grad), None, None, None, None, None, None, None, None
-    torch.ops.xent.rescale_(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
+    dl = _dloss(grad_loss, grad.shape[0], ctx.reduction)
+    if grad.is_cuda and not torch.compiler.is_compiling():
+        _rescale_impl(grad, dl)
+    else:
+        torch.ops.xent.rescale_(grad, dl)
     return grad, None, None, None, None, None, None, None, None
+
+
+def _keep_for_backward(ctx, grad, lse, reduction):
+    ctx.save_for_backward(grad)
+    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)
+    ctx.reduction = reduction
 
 
 torch.library.register_autograd("xent::fused", _fused_backward, setup_context=_fused_setup)
@@ -365,23 +367,10 @@ class _FusedInplace(torch.autograd.Function):
         else:
             loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
                                                      label_smoothing, z_loss, softcap, write_lse)
-        ctx.save_for_backward(input.detach())
-        ctx.mark_non_differentiable(lse)
-        ctx.set_materialize_grads(False)
-        ctx.reduction = reduction
+        _keep_for_backward(ctx, input.detach(), lse, reduction)
         return loss, lse
 
-    @staticmethod
-    def backward(ctx, grad_loss, grad_lse):
-        (grad,) = ctx.saved_tensors
-        if grad_loss is None:
-            return torch.zeros_like(grad), None, None, None, None, None, None, None, None
-        dl = _dloss(grad_loss, grad.shape[0], ctx.reduction)
-        if grad.is_cuda and not torch.compiler.is_compiling():
-            _rescale_impl(grad, dl)
-        else:
-            torch.ops.xent.rescale_(grad, dl)
-        return grad, None, None, None, None, None, None, None, None
+    backward = staticmethod(_fused_backward)
 
 
 class _FusedEager(torch.autograd.Function):
@@ -394,19 +383,10 @@ class _FusedEager(torch.autograd.Function):
         grad = torch.empty_like(x, memory_format=torch.contiguous_format)
         loss, lse = _fused_impl(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                                 write_lse, grad)
-        ctx.save_for_backward(grad)
-        ctx.mark_non_differentiable(lse)
-        ctx.set_materialize_grads(False)
-        ctx.reduction = reduction
+        _keep_for_backward(ctx, grad, lse, reduction)
         return loss, lse
 
-    @staticmethod
-    def backward(ctx, grad_loss, grad_lse):
-        (grad,) = ctx.saved_tensors
-        if grad_loss is None:
-            return torch.zeros_like(grad), None, None, None, None, None, None, None, None
-        _rescale_impl(grad, _dloss(grad_loss, grad.shape[0], ctx.reduction))
-        return grad, None, None, None, None, None, None, None, None
+    backward = staticmethod(_fused_backward)
 
 
 # --- the public loss ---------------------------------------------------------------------------------
