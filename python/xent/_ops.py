@@ -117,6 +117,17 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
+def _direct(t):
+    """Whether the kernels may be launched on t's memory straight from Python: a real CUDA tensor outside
+    any tracing. Under torch.compile, torch.export or make_fx the tensors are fake (FakeTensor,
+    FunctionalTensor: subclasses, with no memory) and the calls must go through the custom ops, whose
+    fake implementations trace; is_compiling() alone is False while AOTAutograd traces a backward."""
+    return t.is_cuda and type(t) in _REAL and not torch.compiler.is_compiling()
+
+
+_REAL = (Tensor, torch.nn.Parameter)
+
+
 def _launch(device, key, logits=None, targets=None, weights=None, loss=None, lse=None, grad=None,
             dloss=None, stats=None):
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -338,7 +349,7 @@ def _fused_backward(ctx, grad_loss, *_):
     if grad_loss is None:
         return torch.zeros_like(grad), None, None, None, None, None, None, None, None
     dl = _dloss(grad_loss, grad.shape[0], ctx.reduction)
-    if grad.is_cuda and not torch.compiler.is_compiling():
+    if _direct(grad):
         _rescale_impl(grad, dl)
     else:
         torch.ops.xent.rescale_(grad, dl)
@@ -361,7 +372,7 @@ class _FusedInplace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
-        if input.is_cuda and not torch.compiler.is_compiling():
+        if _direct(input):
             loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                     softcap, write_lse, input)
         else:
@@ -416,7 +427,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         target = target.contiguous()
     args = (target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss), float(softcap),
             bool(return_lse))
-    eager = input.is_cuda and not torch.compiler.is_compiling()
+    eager = _direct(input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
     elif inplace_backward:

@@ -30,12 +30,11 @@ def _denominator(target, weight, ignore_index, c):
 
 
 def loss_and_lse(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                 z_loss=0.0, softcap=0.0, dtype=torch.float64):
-    """(loss, lse) computed in dtype (float64 unless asked; float32 shows float32's own rounding),
-    differentiable with respect to input."""
-    x = softcap_fn(input.to(dtype), softcap)
+                 z_loss=0.0, softcap=0.0):
+    """(loss, lse) computed in float64, differentiable with respect to input."""
+    x = softcap_fn(input.double(), softcap)
     n, c = x.shape
-    w = weight.to(dtype) if weight is not None else None
+    w = weight.double() if weight is not None else None
     target = target.long()
     lse = torch.logsumexp(x, dim=1)
     per_row = torch.nn.functional.cross_entropy(x, target, weight=w, ignore_index=ignore_index,
