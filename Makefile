@@ -37,7 +37,7 @@ CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
-.PHONY: all test test-gpu install clean FORCE $(CPU_RUNS)
+.PHONY: all test test-slow test-gpu install clean FORCE $(CPU_RUNS) $(SLOW_RUNS)
 all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
 
 $(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
@@ -123,12 +123,21 @@ $(BUILD)/tests/check_threads: TEST_DEFS = -DXENT_STANDIN_DIR='"$(abspath $(BUILD
 CPU_ORDER := check_compile check_cli check_threads check_space check_reference check_tunecache check_api
 CPU_SUITES := $(notdir $(CPU_TESTS))
 CPU_RUNS := $(addprefix test-,$(filter $(CPU_SUITES),$(CPU_ORDER)) $(filter-out $(CPU_ORDER),$(CPU_SUITES)))
+# Test cases tagged "slow" (whole-space compile samples, --compile-only of
+# every candidate: minutes on two cores) run in `make test-slow`; CI runs both.
+SLOW_RUNS := $(addprefix test-slow-,check_compile check_cli)
 test: $(CPU_RUNS)
+test-slow: $(SLOW_RUNS)
+$(CPU_RUNS): TIER = CK_EXCLUDE_TAGS=slow
+$(SLOW_RUNS): TIER = CK_INCLUDE_TAGS=slow
 $(CPU_RUNS): test-%: $(BUILD)/tests/% $(BUILD)/xent-tune $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/xent.pc
-	@d=$$(mktemp -d); log=$(BUILD)/tests/$*.log; t0=$$(date +%s); \
-	XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune XENT_BUILD=$(BUILD) XENT_RPATH=$(RPATH) \
+	@$(RUN_SUITE)
+$(SLOW_RUNS): test-slow-%: $(BUILD)/tests/% $(BUILD)/xent-tune $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/xent.pc
+	@$(RUN_SUITE)
+RUN_SUITE = d=$$(mktemp -d); log=$(BUILD)/tests/$*$(if $(findstring INCLUDE,$(TIER)),-slow).log; t0=$$(date +%s); \
+	$(TIER) XENT_KERNEL_CACHE=$$d XENT_TUNE_BIN=$(BUILD)/xent-tune XENT_BUILD=$(BUILD) XENT_RPATH=$(RPATH) \
 	XENT_LINK_FLAGS='$(CFLAGS) $(LDFLAGS)' $< > $$log 2>&1; rc=$$?; \
-	echo "== $< ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
+	echo "== $< $(TIER) ($$(( $$(date +%s) - t0 )) s)"; cat $$log; rm -rf $$d; exit $$rc
 
 # GPU suites: run on a machine with an NVIDIA GPU and its driver.
 test-gpu: $(GPU_TESTS) $(TOOLS)

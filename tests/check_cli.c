@@ -1508,7 +1508,8 @@ static Suite *cli_suite(void)
         {"dry-run", 600, test_dry_run_one_shape},
         {"dry-run", 60, test_dry_run_problem_options},
         {"dry-run", 60, test_dry_run_shapes_file},
-        {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
+        /* every candidate of a problem compiled: minutes on two cores */
+        {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1, "slow"},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_4x7_bf16},
         {"compile-only", COMPILE_S + 60, test_config_option},
         {"tune", 2 * COMPILE_S + 30, test_tune_without_gpu},

@@ -509,7 +509,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("compile");
     TCase *tc = tcase_create("nvrtc");
-    tcase_set_timeout(tc, getenv("XENT_COMPILE_ALL") ? 7200 : 900);
+    tcase_set_timeout(tc, 900);
     tcase_add_test(tc, compile_error_keeps_the_log);
     tcase_add_test(tc, ptxas_report_parses);
     tcase_add_test(tc, nvrtc_version_known);
@@ -517,15 +517,20 @@ int main(void) {
     tcase_add_test(tc, template_hash_of_family);
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
-    tcase_add_test(tc, async_configs_compile);
-    tcase_add_test(tc, poly_configs_compile);
     tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, fixed_c_configs_compile);
-    tcase_add_test(tc, sample_f32);
-    tcase_add_test(tc, sample_f16);
-    tcase_add_test(tc, sample_bf16);
-    tcase_add_test(tc, sample_dynamic);
     suite_add_tcase(s, tc);
+    /* samples of the whole space, about 800 kernels: `make test-slow` (CI runs both tiers) */
+    TCase *sl = tcase_create("samples");
+    tcase_set_timeout(sl, getenv("XENT_COMPILE_ALL") ? 7200 : 900);
+    tcase_set_tags(sl, "slow");
+    tcase_add_test(sl, async_configs_compile);
+    tcase_add_test(sl, poly_configs_compile);
+    tcase_add_test(sl, sample_f32);
+    tcase_add_test(sl, sample_f16);
+    tcase_add_test(sl, sample_bf16);
+    tcase_add_test(sl, sample_dynamic);
+    suite_add_tcase(s, sl);
     /* a case of its own: CK_RUN_CASE=kcache runs it alone */
     TCase *kc = tcase_create("kcache");
     tcase_set_timeout(kc, 300);

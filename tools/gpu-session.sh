@@ -9,7 +9,7 @@
 # a 16-bit dtype (~30 compiles a second on 16 cores): one dtype a call (SWEEP_DTYPES), crosscheck ~1 min,
 # tune ~1.5 min, exhaustive 10-25 s a shape, sweep ~2.5 min at SWEEP_BUDGET=3,
 # bench ~1.5 min; random ~3-4 min untuned (RANDOM_BUDGET=0), ~45 s a problem at
-# RANDOM_BUDGET=30 (estimates); a call has 10 min. XENT_TEST_SWEEP_EVERY=k runs every k-th config.
+# RANDOM_BUDGET=30 (estimates); a call has 10 min. XENT_TEST_EVERY=k runs every k-th config.
 set -uo pipefail
 OUT=${OUT:-/tmp/xent-out}
 mkdir -p "$OUT"
@@ -187,9 +187,10 @@ for s in "$@"; do
         # kernel family and launch path, at small sizes. memcheck: the C
         # example at 4096x1000, check_gpu's semantics case (ignored rows, all
         # ignored, offsets, bad targets: the out-of-range paths), check_grad's
-        # ops, 4 threads of check_streams for 2 rounds (callers' workspaces,
-        # streams). racecheck (shared memory hazards): the example and
-        # check_gpu's split case (block reductions of split rows).
+        # ops (every 4th case), 4 threads of check_streams for 2 rounds (callers'
+        # workspaces, streams). racecheck (shared memory hazards): the example and
+        # check_gpu's split case (block reductions of split rows; every 6th of
+        # its 144 configs: each kernel's instrumented load costs seconds).
         # initcheck (reads of device memory never written): the example,
         # check_gpu's basics, 4 threads of check_streams for 1 round. Each run
         # has SANITIZE_TIMEOUT seconds (default 100); a timeout is reported as
@@ -203,10 +204,10 @@ for s in "$@"; do
                 --print-limit 20 "$@"; }
         san memcheck build/xent-example 4096 1000
         CK_RUN_CASE=semantics san memcheck build/tests/gpu/check_gpu
-        CK_RUN_CASE=ops san memcheck build/tests/gpu/check_grad
+        XENT_TEST_EVERY=4 CK_RUN_CASE=ops san memcheck build/tests/gpu/check_grad
         XENT_TEST_THREADS=4 XENT_TEST_ROUNDS=2 san memcheck build/tests/gpu/check_streams
         san racecheck build/xent-example 4096 1000
-        CK_RUN_CASE=split san racecheck build/tests/gpu/check_gpu
+        XENT_TEST_EVERY=6 CK_RUN_CASE=split san racecheck build/tests/gpu/check_gpu
         san initcheck build/xent-example 4096 1000
         CK_RUN_CASE=basics san initcheck build/tests/gpu/check_gpu
         XENT_TEST_THREADS=4 XENT_TEST_ROUNDS=1 san initcheck build/tests/gpu/check_streams ;;

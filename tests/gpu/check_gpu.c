@@ -56,8 +56,8 @@
  *
  * Environment: XENT_TEST_SEED (repeat a run's inputs; the seed is printed),
  * XENT_TEST_DEVICE (ordinal, default 0), XENT_TEST_JOBS (compile threads,
- * default the CPU count), XENT_TEST_SWEEP_EVERY (debugging only: run every
- * k-th config of the space; default 1 = all), and Check's CK_RUN_CASE,
+ * default the CPU count), XENT_TEST_EVERY (a subset: every k-th config of
+ * the space and of the split cases; default 1 = all), and Check's CK_RUN_CASE,
  * CK_FORK, CK_TIMEOUT_MULTIPLIER. Kernels go through the library's caches
  * (XENT_KERNEL_CACHE), so a second run compiles nothing.
  *
@@ -85,6 +85,7 @@
 #include "gen/space.h"
 #include "runtime/runtime.h"
 #include "tune/reference.h"
+#include "tests/run_suite.h"
 #include "tune/tune.h"
 #include "xent.h"
 
@@ -1254,11 +1255,12 @@ static const char *const split_cfgs[] = {
 START_TEST(test_split_smoothing) {
     static const int splits[] = {2, 8, 128};
     static const int64_t shapes[][2] = {{154, 7}, {677, 7}, {300, 33}};
-    int ran = 0, ok = 0;
+    int ran = 0, ok = 0, idx = 0;
     for (size_t ci = 0; ci < sizeof split_cfgs / sizeof split_cfgs[0]; ci++)
         for (int si = 0; si < 3; si++)
             for (int persist = 0; persist < 4; persist++)
                 for (int k = 0; k < 3; k++) {
+                    if (idx++ % test_every()) continue;
                     spec sp;
                     spec_init(&sp, "split+smoothing", shapes[k][0], shapes[k][1]);
                     sp.red = (si + k) % 2 ? XENT_REDUCE_MEAN : XENT_REDUCE_NONE;
@@ -1310,7 +1312,7 @@ static void sweep_problem(xent_dtype d, size_t i, xent_problem *p) {
 
 /* The sweep's selection, so that one device call of ten minutes can run a
  * part of it: XENT_TEST_SWEEP_DTYPES (e.g. "f16,bf16"), XENT_TEST_SWEEP_MATCH
- * (configs whose text holds it, e.g. "TILE=1"), XENT_TEST_SWEEP_EVERY (every
+ * (configs whose text holds it, e.g. "TILE=1"), XENT_TEST_EVERY (every
  * k-th). A selection is printed, never silent. */
 static int sweep_dtype_selected(xent_dtype d) {
     const char *e = getenv("XENT_TEST_SWEEP_DTYPES");
@@ -1342,9 +1344,7 @@ START_TEST(test_sweep) {
         S->sweep_not_run++;
         return;
     }
-    const char *e = getenv("XENT_TEST_SWEEP_EVERY");
-    size_t every = e && *e ? (size_t)strtoul(e, NULL, 10) : 1;
-    if (every < 1) every = 1;
+    size_t every = (size_t)test_every();
     size_t total = xent_space_enumerate(d, NULL, 0, NULL, 0);
     ck_assert_uint_gt(total, 0);
     xent_config *all = malloc(total * sizeof *all);
@@ -1679,7 +1679,7 @@ int main(void) {
            "run %.0f s)\n",
            S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->cfg_spilled, S->sweep_compile_s,
            S->sweep_run_s);
-    const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_SWEEP_EVERY"};
+    const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_EVERY"};
     for (int k = 0; k < 3; k++)
         if (getenv(sel[k]) && *getenv(sel[k]))
             printf("configs: a partial sweep: %s=%s (%d dtype(s) not run)\n", sel[k], getenv(sel[k]),
