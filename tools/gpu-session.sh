@@ -157,6 +157,7 @@ for s in "$@"; do
         # plan, or with AB_PLANS=shipped the plan of tunecache/h200.sql. Any dtype:
         # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG..." lines, each timed by the
         # variant's xent-tune --config (the tuner's protocol and reference check)
+        # for the op AB_OP (forward, fused or backward)
         stage "A/B of build/variants (${AB_PLANS:-heuristic} plans${AB_CONFIGS:+, configs of $AB_CONFIGS})"
         datadir=/nonexistent; [ "${AB_PLANS:-}" = shipped ] && datadir=$PWD/tunecache
         for rep in $(seq "${AB_REPS:-2}"); do
@@ -169,7 +170,8 @@ for s in "$@"; do
             [ -n "${AB_CONFIGS:-}" ] || continue
             grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt cfg; do
                 for v in build/variants/*/; do
-                    us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --config "$cfg" --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
+                    us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" --config "$cfg" \
+                        --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
                         awk '$1 == "fastest" {print $2}')
                     echo "rep$rep $sh $dt $(basename "$v") ${us:-FAILED} $cfg"
                 done
