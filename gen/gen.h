@@ -24,11 +24,15 @@ const char *xent_family_template(const char *family);
 /* The family a tune-cache key names ("xent_grad/fused" is the grad family);
  * a name of no family is judged as the forward's. */
 xent_family xent_family_named(const char *name);
-/* FNV-1a (64 bits) of n bytes: the kernel cache's and the tune cache's
- * template hash, the kernel cache's file names and the plan memo's hash. */
+/* FNV-1a (64 bits) of n bytes: the kernel cache's template hash, the kernel
+ * cache's file names and the plan memo's hash. */
 uint64_t xent_text_hash(const void *data, size_t n);
-/* The hash of family's template as 16 hex digits into buf (len >= 17):
- * what a tune-cache entry is stamped with. XENT_EINVAL for an unknown family. */
+/* FNV-1a of C source as the compiler reads it: comments dropped, every run
+ * of whitespace outside literals taken as one space. */
+uint64_t xent_code_hash(const char *src);
+/* The code hash of family's template as 16 hex digits into buf (len >= 17):
+ * what a tune-cache entry is stamped with, so that an edit of its comments or
+ * layout keeps the tuned entries. XENT_EINVAL for an unknown family. */
 int xent_template_hash(const char *family, char *buf, size_t len);
 
 /* A compiled kernel: the CUBIN and what ptxas reported about it. */

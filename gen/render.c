@@ -35,17 +35,48 @@ xent_family xent_family_named(const char *name) {
     return i < 0 ? XENT_FAMILY_FWD : families[i].f;
 }
 
+#define FNV_BASIS 1469598103934665603ull /* FNV-1a, 64 bits */
+static uint64_t fnv_byte(uint64_t h, unsigned char c) { return (h ^ c) * 1099511628211ull; }
+
 uint64_t xent_text_hash(const void *data, size_t n) {
     const unsigned char *s = data;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bits */
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    uint64_t h = FNV_BASIS;
+    for (size_t i = 0; i < n; i++) h = fnv_byte(h, s[i]);
+    return h;
+}
+
+/* Length of the comment at s, or 0 when s starts none. */
+static size_t comment_len(const char *s) {
+    if (s[0] != '/' || (s[1] != '*' && s[1] != '/')) return 0;
+    const char *end = s[1] == '*' ? strstr(s + 2, "*/") : strchr(s, '\n');
+    return end ? (size_t)(end - s) + (s[1] == '*' ? 2 : 0) : strlen(s);
+}
+
+uint64_t xent_code_hash(const char *src) {
+    uint64_t h = FNV_BASIS;
+    int space = 0, started = 0; /* a run of whitespace or comments is pending; a token was hashed */
+    char quote = 0;
+    for (const char *s = src; *s;) {
+        size_t skip = quote ? 0 : comment_len(s);
+        if (skip || (!quote && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'))) {
+            s += skip ? skip : 1;
+            space = 1;
+            continue;
+        }
+        if (space && started) h = fnv_byte(h, ' ');
+        space = 0;
+        started = 1;
+        if (quote && *s == '\\' && s[1]) h = fnv_byte(h, (unsigned char)*s++);
+        else if (*s == '"' || *s == '\'') quote = quote == *s ? 0 : quote ? quote : *s;
+        h = fnv_byte(h, (unsigned char)*s++);
+    }
     return h;
 }
 
 int xent_template_hash(const char *family, char *buf, size_t len) {
     const char *text = xent_family_template(family);
     if (!text || !buf || len < 17) return XENT_EINVAL;
-    snprintf(buf, len, "%016llx", (unsigned long long)xent_text_hash(text, strlen(text)));
+    snprintf(buf, len, "%016llx", (unsigned long long)xent_code_hash(text));
     return XENT_OK;
 }
 

@@ -321,13 +321,41 @@ END_TEST
 START_TEST(template_hash_of_family) {
     char h[17], want[17];
     ck_assert_int_eq(xent_template_hash("xent_fwd", h, sizeof h), XENT_OK);
-    snprintf(want, sizeof want, "%016llx",
-             (unsigned long long)xent_text_hash(xent_template_xent_fwd, strlen(xent_template_xent_fwd)));
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)xent_code_hash(xent_template_xent_fwd));
     ck_assert_str_eq(h, want);
     ck_assert_ptr_eq(xent_family_template("xent_fwd"), xent_template_xent_fwd);
     ck_assert_ptr_null(xent_family_template("no_such_family"));
     ck_assert_int_eq(xent_template_hash("no_such_family", h, sizeof h), XENT_EINVAL);
     ck_assert_int_eq(xent_template_hash("xent_fwd", h, 16), XENT_EINVAL);
+}
+END_TEST
+
+/* Pairs of sources: whether the code hash must call them the same code. */
+static const struct {
+    const char *a, *b;
+    int same;
+} code_pairs[] = {
+    {"int x = 1;", "int  x=1;", 0},                       /* a space dropped between tokens is code */
+    {"int x = 1;", "int x = 1; // why", 1},
+    {"int x = 1;", "/* why,\n * at length */\nint x = 1;", 1},
+    {"int x = 1;", "int\tx\n  = 1;", 1},                    /* layout */
+    {"a /**/ b", "a b", 1},
+    {"a/**/b", "a b", 1},                                  /* a comment separates tokens */
+    {"a/**/b", "ab", 0},
+    {"int x = 1;", "int x = 2;", 0},
+    {"s = \"a  b\";", "s = \"a b\";", 0},                  /* spaces inside a string are code */
+    {"s = \"/* not a comment */\";", "s = \"\";", 0},
+    {"s = \"\\\" // still a string\";", "s = \"\\\"\";", 0}, /* an escaped quote keeps the string open */
+    {"c = '\"'; // why", "c = '\"';", 1},
+    {"#define X 1 // why\n#define Y 2", "#define X 1\n#define Y 2", 1},
+    {"x; /* unterminated", "x;", 1},
+};
+
+START_TEST(code_hash_ignores_comments_and_layout) {
+    int i = _i;
+    uint64_t a = xent_code_hash(code_pairs[i].a), b = xent_code_hash(code_pairs[i].b);
+    ck_assert_msg((a == b) == code_pairs[i].same, "pair %d: \"%s\" and \"%s\" should %s the same hash", i,
+                  code_pairs[i].a, code_pairs[i].b, code_pairs[i].same ? "have" : "not have");
 }
 END_TEST
 
@@ -515,6 +543,7 @@ int main(void) {
     tcase_add_test(tc, nvrtc_version_known);
     tcase_add_test(tc, read_floor_compiles);
     tcase_add_test(tc, template_hash_of_family);
+    tcase_add_loop_test(tc, code_hash_ignores_comments_and_layout, 0, (int)(sizeof code_pairs / sizeof code_pairs[0]));
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
     tcase_add_test(tc, tile_configs_compile);
