@@ -165,7 +165,7 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "ASYNC takes CACHE=0 (its copies bypass L1 whatever the hint)");
     if (async_bytes(cfg, d) > MAX_ASYNC_BYTES)
         return refuse(why, len, "ASYNC: the stages exceed the shared memory a block may have");
-    /* fp32 chunks leave the MUFU pipe a third busy (docs/performance.md): nothing to balance */
+    /* fp32 chunks leave the MUFU pipe a third busy: nothing to balance */
     if (cfg->poly && (d == XENT_F32 || cfg->tile))
         return refuse(why, len, "POLY takes 16-bit logits and TILE=0 (the chunk sums it splits between pipes)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */

@@ -999,8 +999,7 @@ __device__ __forceinline__ void block_sum2(double &x, double &y) {
 
 /* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
  * loads are issued before their adds, so the last block's pass over ~500
- * partials waits on two L2 round trips, not five (no gain was measurable at
- * 32768x4096: docs/performance.md, log 13). */
+ * partials waits on two L2 round trips, not five. */
 __device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
                                               double &x, double &y) {
     long long i = from;
@@ -1180,9 +1179,8 @@ __device__ __forceinline__ void team_item(const kargs &k, long long w, bool acti
     team_merge(a);
     if (lane == 0 && active) publish_item(k, a, row, seg, t, loss_acc, weight_acc);
     /* Lane 0 ran alone above. The next __syncthreads is an .aligned bar.sync,
-     * undefined unless the warp's lanes reach it together; without this,
-     * whole-block teams with two passes summed split rows wrongly
-     * (compute-sanitizer synccheck: "Divergent thread(s) in warp"). */
+     * undefined unless the warp's lanes reach it together: without this,
+     * whole-block teams with two passes sum split rows wrongly. */
     __syncwarp();
 }
 
