@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "tests/files.h"
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 #include "tools/xent-tune.h"
@@ -66,13 +67,6 @@ static void append(char **buf, size_t *len, size_t *cap, const char *data, size_
     memcpy(*buf + *len, data, n);
     *len += n;
     (*buf)[*len] = '\0';
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* What the next runs' children get besides the defaults: environment
@@ -258,45 +252,6 @@ static void reject_values(const char *opt, const char *what, const char *also, c
     }
 }
 #define REJECT(opt, what, also, list) reject_values((opt), (what), (also), (list), sizeof(list) / sizeof((list)[0]))
-
-/* ---- files ---------------------------------------------------------------- */
-
-static void write_file(const char *path, const char *text, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
-    ck_assert_uint_eq(fwrite(text, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0, got;
-    char *buf = malloc(cap);
-    ck_assert_ptr_nonnull(buf);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            buf = realloc(buf, cap *= 2);
-            ck_assert_ptr_nonnull(buf);
-        }
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
-}
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
 
 /* ---- fixtures ---------------------------------------------------------------- */
 
@@ -1508,8 +1463,7 @@ static Suite *cli_suite(void)
         {"dry-run", 600, test_dry_run_one_shape},
         {"dry-run", 60, test_dry_run_problem_options},
         {"dry-run", 60, test_dry_run_shapes_file},
-        /* every candidate of a problem compiled: minutes on two cores */
-        {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1, "slow"},
+        {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_4x7_bf16},
         {"compile-only", COMPILE_S + 60, test_config_option},
         {"tune", 2 * COMPILE_S + 30, test_tune_without_gpu},
@@ -1523,7 +1477,9 @@ static Suite *cli_suite(void)
         {"cache", 60, test_stdout_write_error},
         {"cache", 60, test_long_cache_path},
     };
-    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
+    /* every candidate of a problem compiled: minutes on two cores */
+    static const char *const slow[] = {"compile-only", NULL};
+    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir, slow);
     return s;
 }
 

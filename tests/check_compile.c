@@ -15,6 +15,7 @@
 
 #include "gen/gen.h"
 #include "tune/tune.h"
+#include "tests/files.h"
 #include "tests/run_suite.h"
 
 #define ARCH 90
@@ -461,23 +462,6 @@ static size_t apply_damage(damage_kind kind, const unsigned char *good, size_t l
     return len;
 }
 
-static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    unsigned char *buf = malloc(1 << 22);
-    ck_assert_ptr_nonnull(buf);
-    *len = fread(buf, 1, 1 << 22, f);
-    fclose(f);
-    return buf;
-}
-
-static void spit(const char *path, const unsigned char *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /* In a child, so that this process's memory cache never answers: the
  * status is 0 when the kernel came from where `want` says. */
 static void get_in_child(const xent_problem *p, int want_from) {
@@ -508,12 +492,12 @@ START_TEST(kernel_cache_recompiles_a_damaged_entry) {
     pclose(ls);
     path[strcspn(path, "\n")] = 0;
     size_t len, len2;
-    unsigned char *good = slurp(path, &len), *bad = malloc(len + 16);
+    unsigned char *good = (unsigned char *)read_all(path, &len), *bad = malloc(len + 16);
     ck_assert_ptr_nonnull(bad);
     size_t bad_len = apply_damage(d->kind, good, len, bad);
-    spit(path, bad, bad_len);
+    write_file(path, bad, bad_len);
     get_in_child(&p, 0);  /* noticed: compiled again */
-    unsigned char *again = slurp(path, &len2);
+    unsigned char *again = (unsigned char *)read_all(path, &len2);
     ck_assert_msg(len2 == len && !memcmp(again, good, len), "%s: the file was not rewritten whole", d->what);
     get_in_child(&p, 2);  /* and the rewritten file is used */
     free(good);

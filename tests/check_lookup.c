@@ -12,6 +12,7 @@
 
 #include "gen/gen.h"
 #include "runtime/runtime.h"
+#include "tests/files.h"
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 
@@ -35,13 +36,6 @@ static char *read_text(const char *path) {
     s[n] = 0;
     fclose(f);
     return s;
-}
-
-static void write_text(const char *path, const char *s) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_ge(fputs(s, f), 0);
-    ck_assert_int_eq(fclose(f), 0);
 }
 
 /* tunecache/h200.sql into datadir, its stamps replaced by another

@@ -96,6 +96,6 @@ int main(void) {
     tcase_add_test(tc, too_long_a_home_is_refused);
     suite_add_tcase(s, tc);
     const scratch_test scratch[] = {{"folders", 10, mkdirs_makes_folders_or_parents}};
-    add_scratch_tests(s, scratch, 1, make_tmpdir);
+    add_scratch_tests(s, scratch, 1, make_tmpdir, NULL);
     return run_suite(s);
 }

@@ -247,6 +247,6 @@ int main(int argc, char **argv) {
         {"threads", 600, test_compile_many},
     };
     Suite *s = suite_create("threads");
-    add_scratch_tests(s, tests, sizeof tests / sizeof tests[0], make_tmpdir);
+    add_scratch_tests(s, tests, sizeof tests / sizeof tests[0], make_tmpdir, NULL);
     return run_suite(s);
 }

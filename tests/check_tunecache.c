@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/files.h"
 #include "tests/run_suite.h"
 #include "tests/tmpdir.h"
 
@@ -140,14 +141,6 @@ static void raw_exec(const char *path, const char *sql)
     ck_assert_int_eq(sqlite3_open(path, &s), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(s);
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
 }
 
 /* ---- schema and opening ------------------------------------------------ */
@@ -1708,7 +1701,7 @@ static Suite *tunecache_suite(void)
         { "faults", 120, test_kill_during_tune },    { "faults", 120, test_disk_full_during_tune },
         { "readonly", 60, test_readonly_places },      { "readonly", 60, test_foreign_v1_untouched },
     };
-    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir);
+    add_scratch_tests(s, groups, sizeof groups / sizeof groups[0], make_tmpdir, NULL);
     return s;
 }
 

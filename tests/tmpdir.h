@@ -33,16 +33,17 @@ static void remove_tree(const char *dir) {
 static void remove_tmpdir(void) { remove_tree(tmpdir); }
 
 /* A suite's tests as a table: consecutive entries with one name form a test
- * case (the first entry's timeout and tags), each test in a fresh tmpdir from
- * `make`. Tag "slow": the case runs in `make test-slow`, not `make test`. */
+ * case (the first entry's timeout), each test in a fresh tmpdir from `make`.
+ * The cases named in slow (NULL-terminated, or NULL) are tagged "slow": they
+ * run in `make test-slow`, not `make test`. */
 typedef struct {
     const char *tcase;
     int timeout;
     const TTest *test;
-    const char *tags;
 } scratch_test;
 
-static inline void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, void (*make)(void)) {
+static inline void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, void (*make)(void),
+                                     const char *const *slow) {
     TCase *tc = NULL;
     const char *cur = "";
     for (size_t i = 0; i < n; i++) {
@@ -51,7 +52,8 @@ static inline void add_scratch_tests(Suite *s, const scratch_test *t, size_t n, 
             tc = tcase_create(cur);
             tcase_add_checked_fixture(tc, make, remove_tmpdir);
             tcase_set_timeout(tc, t[i].timeout);
-            if (t[i].tags) tcase_set_tags(tc, t[i].tags);
+            for (size_t k = 0; slow && slow[k]; k++)
+                if (!strcmp(slow[k], cur)) tcase_set_tags(tc, "slow");
             suite_add_tcase(s, tc);
         }
         tcase_add_test(tc, t[i].test);

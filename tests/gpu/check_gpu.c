@@ -85,6 +85,7 @@
 #include "gen/space.h"
 #include "runtime/runtime.h"
 #include "tune/reference.h"
+#include "tests/files.h"
 #include "tests/run_suite.h"
 #include "tune/tune.h"
 #include "xent.h"
@@ -124,12 +125,6 @@ static struct {
     CUstream stream;      /* a non-blocking stream; checks alternate it with NULL */
     int ordinal;
 } G;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static const char *cu_err(CUresult r) {
     const char *s = NULL;

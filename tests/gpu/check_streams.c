@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#include "tests/files.h"
 #include "tests/rand.h"
 #include "tune/reference.h"
 
@@ -209,12 +210,6 @@ static void check_reference(const job *j) {
                       "case %d lse[%lld]: %.9g, reference %.9g", j->index, (long long)i, j->serial_lse[i], lse[i]);
     free(ref);
     free(lse);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 START_TEST(test_threads_equal_serial) {
