@@ -185,7 +185,7 @@ for s in "$@"; do
         XENT_TEST_ROUNDS="${THREADS_ROUNDS:-20}" run timeout "${TEST_TIMEOUT:-600}" build/tests/gpu/check_streams ;;
     sanitize)
         # compute-sanitizer over a subset of the GPU suite chosen to fit about
-        # 4 minutes (the tools slow kernels 10-100x, racecheck most): every
+        # 6 minutes (the tools slow kernels 10-100x, racecheck most): every
         # kernel family and launch path, at small sizes. memcheck: the C
         # example at 4096x1000, check_gpu's semantics case (ignored rows, all
         # ignored, offsets, bad targets: the out-of-range paths), check_grad's
