@@ -35,8 +35,6 @@ const xent_knob xent_knobs[] = {
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, 1},
-    {"ASYNC", "1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many chunks ahead "
-     "of the one reduced: bytes in flight without registers", KNOB_RENDER, 3, {0, 1, 2}, KNOB(async), 1, 0},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, 0},
 };
@@ -45,9 +43,6 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 #define REGS_PER_SM 65536
 /* Dynamic shared memory available without opting in. */
 #define MAX_TILE_BYTES (48 * 1024)
-/* The most dynamic shared memory a block may opt in to on sm_90 (227 KB),
- * less room for the template's static shared memory. */
-#define MAX_ASYNC_BYTES (224 * 1024)
 /* Split rows keep per-row arrivals, partials and results in the workspace
  * (xent_launch_shape): beyond this many rows x segments it grows large.
  * Unsplit rows keep nothing per row, so no row count is refused for them. */
@@ -92,13 +87,6 @@ static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 64 : 32;
 static int refuse(char *why, size_t len, const char *reason) {
     if (why && len) snprintf(why, len, "%s", reason);
     return 0;
-}
-
-/* The template's stages: ASYNC + 1 of ITEMS vectors for each thread. */
-static size_t async_bytes(const xent_config *cfg, xent_dtype d) {
-    if (!cfg->async) return 0;
-    return (size_t)(cfg->async + 1) * (size_t)cfg->items * (size_t)cfg->block * (size_t)cfg->vec *
-           (size_t)xent_dtype_size(d);
 }
 
 /* The largest cluster the hardware guarantees without opting in. */
@@ -159,12 +147,6 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its warps take row groups by position)");
     if (cfg->prefetch && (cfg->passes != 1 || cfg->tile))
         return refuse(why, len, "PREFETCH=1 takes PASSES=1 and TILE=0 (the online loop over chunks)");
-    if (cfg->async && (cfg->passes != 1 || cfg->tile || cfg->prefetch))
-        return refuse(why, len, "ASYNC takes PASSES=1, TILE=0 and PREFETCH=0 (the online loop over chunks)");
-    if (cfg->async && cfg->cache)
-        return refuse(why, len, "ASYNC takes CACHE=0 (its copies bypass L1 whatever the hint)");
-    if (async_bytes(cfg, d) > MAX_ASYNC_BYTES)
-        return refuse(why, len, "ASYNC: the stages exceed the shared memory a block may have");
     /* fp32 chunks leave the MUFU pipe a third busy: nothing to balance */
     if (cfg->poly && (d == XENT_F32 || cfg->tile))
         return refuse(why, len, "POLY takes 16-bit logits and TILE=0 (the chunk sums it splits between pipes)");
@@ -218,7 +200,6 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
     if (c->prefetch && c->items >= fit) return 0; /* one chunk a segment: nothing to fetch ahead */
-    if (c->async && (long)c->items * (c->async + 1) > fit) return 0; /* fewer chunks than stages */
     /* POLY balances the pipes of long rows' chunks; short rows are paced by
      * instruction issue, which its polynomial only adds to */
     if (c->poly && (p->c < 512 || c->items * c->vec < 2 * c->poly)) return 0;
@@ -298,6 +279,23 @@ static const xent_knob *knob_named(const char *name, size_t n) {
     return NULL;
 }
 
+/* Knobs retired from the space (no tuned winner used them): their text in
+ * older caches still parses at the value every config then had, 0. */
+static const char *const retired_knobs[] = {"ASYNC"};
+
+/* Length of "NAME=0" at s when NAME is a retired knob, 0 when s is not one;
+ * -1 when it is one at a value no config may have now. */
+static int retired_knob(const char *s, size_t name_len, char *why, size_t len) {
+    for (size_t i = 0; i < sizeof retired_knobs / sizeof retired_knobs[0]; i++) {
+        if (strlen(retired_knobs[i]) != name_len || strncmp(s, retired_knobs[i], name_len)) continue;
+        const char *v = s + name_len + 1;
+        if (v[0] == '0' && (!v[1] || v[1] == ' ' || v[1] == '\t' || v[1] == ',')) return (int)name_len + 2;
+        if (why && len) snprintf(why, len, "%s was retired: only %s=0 is read", retired_knobs[i], retired_knobs[i]);
+        return -1;
+    }
+    return 0;
+}
+
 int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len) {
     unsigned seen = 0;
     const char *s = text;
@@ -310,6 +308,12 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
         const char *eq = strchr(s, '=');
         if (!eq) return refuse(why, len, "expected NAME=VALUE"), XENT_EINVAL;
         const xent_knob *k = knob_named(s, (size_t)(eq - s));
+        int retired = k ? 0 : retired_knob(s, (size_t)(eq - s), why, len);
+        if (retired < 0) return XENT_EINVAL;
+        if (retired) {
+            s += retired;
+            continue;
+        }
         if (!k) {
             if (why && len) snprintf(why, len, "unknown knob '%.*s'", (int)(eq - s), s);
             return XENT_EINVAL;
@@ -340,11 +344,10 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     return XENT_OK;
 }
 
-/* The template's layouts. ASYNC: its stages. TILE (tile_region): a region
+/* The template's shared memory. TILE (tile_region): a region
  * per warp of 32 rows plus VEC elements of room for the misalignment of the
  * rows' span, each region rounded up to start 16-byte aligned. */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
-    if (cfg->async) return async_bytes(cfg, p->logits);
     if (!cfg->tile) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
@@ -405,7 +408,6 @@ static void rule_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = 1;
     cfg->split = 1;
     cfg->prefetch = 0;
-    cfg->async = 0;
     cfg->poly = 0;
     long nv = (p->c + cfg->vec - 1) / cfg->vec;
     int max_items = chunk_limit(128) / cfg->vec;
@@ -448,7 +450,7 @@ typedef struct heur_cell {
     int rows;        /* enum heur_rows */
     int tpr, block;
     int chunk;       /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
-    int passes, cache, tile, persist, prefetch, async, poly;
+    int passes, cache, tile, persist, prefetch, poly;
 } heur_cell;
 
 /* heuristic-table: generated by tools/heuristic-table.py from tunecache/h200.sql; do not edit by hand */
@@ -456,61 +458,61 @@ typedef struct heur_cell {
 #define HEUR_SPLIT_TEAMS_PER_SM 2
 #define HEUR_MID_ROWS_PER_SM 32
 static const heur_cell heur_cells[] = {
-    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, PREFETCH, ASYNC, POLY; the entry it came from */
-    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0, 0}, /* 1x2 f32, measured */
-    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0, 0}, /* 1024x2 f32, measured */
-    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0, 0}, /* 1048576x2 f32, measured */
-    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0, 0}, /* 1x10 f32, measured */
-    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0, 0, 0}, /* 1024x10 f32, measured */
-    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0, 0, 0}, /* 1048576x10 f32, measured */
-    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0, 0}, /* 1x100 f32, measured */
-    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0, 0}, /* 1024x100 f32, measured */
-    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0, 0}, /* 1048576x100 f32, measured */
-    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0, 0}, /* 1x1000 f32, measured */
-    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 256x1000 f32, measured */
-    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 262144x1000 f32, measured */
-    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0, 0}, /* 64x4096 f32, measured */
-    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0, 0, 0}, /* 1024x4096 f32, measured */
-    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 65536x4096 f32, measured */
-    {4, 40102, HEUR_FEW, 256, 256, 256, 1, 1, 0, 0, 0, 0, 0}, /* 64x32000 f32, measured */
-    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0, 0, 0}, /* 4096x32000 f32, measured */
-    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0, 0}, /* 8192x32000 f32, measured */
-    {4, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0, 0}, /* 8x50257 f32, measured */
-    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0, 0, 0}, /* 4096x50257 f32, measured */
-    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0, 0}, /* 16384x50257 f32, measured */
-    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0, 0}, /* 64x128256 f32, measured */
-    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0, 0, 0}, /* 2048x128256 f32, measured */
-    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0, 0}, /* 8192x128256 f32, measured */
-    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0, 0, 0}, /* 64x262144 f32, measured */
-    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0, 0, 0}, /* 2048x262144 f32, measured */
-    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0, 0}, /* 8192x128256 f32, nearest band */
-    {2, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0, 0}, /* 1x2 f32, 4-byte cell */
-    {2, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0, 0}, /* 1024x2 f32, 4-byte cell */
-    {2, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0, 0}, /* 1048576x2 f32, 4-byte cell */
-    {2, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0, 0}, /* 1x10 f32, 4-byte cell */
-    {2, 31, HEUR_MID, 2, 128, 16, 1, 0, 0, 1, 0, 0, 0}, /* 1024x10 bf16, measured */
-    {2, 31, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0, 0}, /* 1048576x10 bf16, measured */
-    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0, 0}, /* 1x100 f32, 4-byte cell */
-    {2, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0, 0}, /* 1024x100 f32, 4-byte cell */
-    {2, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0, 0}, /* 1048576x100 f32, 4-byte cell */
-    {2, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0, 0}, /* 1x1000 f32, 4-byte cell */
-    {2, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 256x1000 f32, 4-byte cell */
-    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 8192x1000 bf16, measured */
-    {2, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0, 0}, /* 64x4096 f32, 4-byte cell */
-    {2, 11448, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 1024x4096 bf16, measured */
-    {2, 11448, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 65536x4096 bf16, measured */
-    {2, 40102, HEUR_FEW, 256, 256, 128, 1, 0, 0, 1, 0, 0, 0}, /* 64x32000 bf16, measured */
-    {2, 40102, HEUR_MID, 128, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 4096x32000 bf16, measured */
-    {2, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0, 0}, /* 8192x32000 f32, 4-byte cell */
-    {2, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0, 0}, /* 8x50257 f32, 4-byte cell */
-    {2, 80285, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0, 0}, /* 4096x50257 bf16, measured */
-    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0, 0}, /* 16384x50257 f32, 4-byte cell */
-    {2, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0, 0}, /* 64x128256 bf16, measured */
-    {2, 183361, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 0, 0, 0}, /* 2048x128256 bf16, measured */
-    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0, 0}, /* 8192x128256 bf16, measured */
-    {2, 0, HEUR_FEW, 256, 256, 64, 1, 1, 0, 2, 0, 0, 0}, /* 16x262144 bf16, measured */
-    {2, 0, HEUR_MID, 128, 128, 128, 1, 1, 0, 0, 0, 0, 0}, /* 512x262144 bf16, measured */
-    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
+    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, PREFETCH, POLY; the entry it came from */
+    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x2 f32, measured */
+    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0}, /* 1024x2 f32, measured */
+    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x2 f32, measured */
+    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x10 f32, measured */
+    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0, 0}, /* 1024x10 f32, measured */
+    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0, 0}, /* 1048576x10 f32, measured */
+    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1x100 f32, measured */
+    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0}, /* 1024x100 f32, measured */
+    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0}, /* 1048576x100 f32, measured */
+    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0}, /* 1x1000 f32, measured */
+    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 256x1000 f32, measured */
+    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0, 0}, /* 262144x1000 f32, measured */
+    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 64x4096 f32, measured */
+    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0, 0}, /* 1024x4096 f32, measured */
+    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 65536x4096 f32, measured */
+    {4, 40102, HEUR_FEW, 256, 256, 256, 1, 1, 0, 0, 0, 0}, /* 64x32000 f32, measured */
+    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0, 0}, /* 4096x32000 f32, measured */
+    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x32000 f32, measured */
+    {4, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0}, /* 8x50257 f32, measured */
+    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0, 0}, /* 4096x50257 f32, measured */
+    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0}, /* 16384x50257 f32, measured */
+    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0}, /* 64x128256 f32, measured */
+    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0, 0}, /* 2048x128256 f32, measured */
+    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x128256 f32, measured */
+    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0, 0}, /* 64x262144 f32, measured */
+    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0, 0}, /* 2048x262144 f32, measured */
+    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x128256 f32, nearest band */
+    {2, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x2 f32, 4-byte cell */
+    {2, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0}, /* 1024x2 f32, 4-byte cell */
+    {2, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x2 f32, 4-byte cell */
+    {2, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x10 f32, 4-byte cell */
+    {2, 31, HEUR_MID, 2, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1024x10 bf16, measured */
+    {2, 31, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x10 bf16, measured */
+    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1x100 f32, 4-byte cell */
+    {2, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0}, /* 1024x100 f32, 4-byte cell */
+    {2, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0}, /* 1048576x100 f32, 4-byte cell */
+    {2, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0}, /* 1x1000 f32, 4-byte cell */
+    {2, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 256x1000 f32, 4-byte cell */
+    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0}, /* 8192x1000 bf16, measured */
+    {2, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 64x4096 f32, 4-byte cell */
+    {2, 11448, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 1024x4096 bf16, measured */
+    {2, 11448, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0}, /* 65536x4096 bf16, measured */
+    {2, 40102, HEUR_FEW, 256, 256, 128, 1, 0, 0, 1, 0, 0}, /* 64x32000 bf16, measured */
+    {2, 40102, HEUR_MID, 128, 128, 128, 1, 0, 0, 1, 0, 0}, /* 4096x32000 bf16, measured */
+    {2, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x32000 f32, 4-byte cell */
+    {2, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0}, /* 8x50257 f32, 4-byte cell */
+    {2, 80285, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 4096x50257 bf16, measured */
+    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0}, /* 16384x50257 f32, 4-byte cell */
+    {2, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0}, /* 64x128256 bf16, measured */
+    {2, 183361, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 2048x128256 bf16, measured */
+    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 8192x128256 bf16, measured */
+    {2, 0, HEUR_FEW, 256, 256, 64, 1, 1, 0, 2, 0, 0}, /* 16x262144 bf16, measured */
+    {2, 0, HEUR_MID, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 512x262144 bf16, measured */
+    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
 };
 /* heuristic-table: end */
 
@@ -566,7 +568,6 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->tile = h->tile;
     cfg->persist = h->persist;
     cfg->prefetch = h->prefetch;
-    cfg->async = h->async;
     cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
     /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
     long nv = (p->c + cfg->vec - 1) / cfg->vec, widest = nv > 1 ? pow2_ceil(nv) : 1;

@@ -35,7 +35,6 @@ typedef struct xent_config {
     int persist; /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
     int tile;    /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
-    int async;    /* 1, 2: chunks copied into shared memory (cp.async) that many chunks ahead */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
 } xent_config;
 

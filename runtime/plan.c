@@ -127,7 +127,7 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
         plan->denom_grid = (unsigned)min_ll(g > 0 ? g : 1, GRAD_DENOM_BLOCKS);
     }
     /* Past 48 KB with the static shared memory, a block's dynamic shared
-     * memory must be opted in to: 48 KB of ASYNC stages failed to launch. */
+     * memory (TILE's rows) must be opted in to, or the launch fails. */
     if (plan->smem > 0) {
         r = ctx->drv->FuncSetAttribute(plan->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)plan->smem);
         if (r != CUDA_SUCCESS)

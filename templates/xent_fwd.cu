@@ -19,11 +19,6 @@
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
  *   XENT_PREFETCH 1: (PASSES=1) the next chunk's loads are issued before this chunk is
  *                reduced, so a warp keeps bytes in flight while it computes
- *   XENT_ASYNC   1, 2: (PASSES=1) chunks copied into shared memory by cp.async that many
- *                chunks ahead of the one being reduced; each thread reads back only its own
- *                copies, so no barrier. Bytes stay in flight while the warp computes,
- *                without the registers PREFETCH needs. Dynamic shared memory:
- *                (ASYNC + 1) * ITEMS * BLOCK vectors
  *   XENT_POLY    4, 8: (16-bit logits) one term in that many of a chunk's sum is computed
  *                by a polynomial on the FMA pipe (poly_exp2), the others by MUFU's ex2, so
  *                that neither pipe alone paces a chunk
@@ -74,9 +69,6 @@
 #endif
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
-#endif
-#ifndef XENT_ASYNC
-#define XENT_ASYNC 0
 #endif
 #ifndef XENT_POLY
 #define XENT_POLY 0
@@ -141,9 +133,6 @@
 #endif
 #if XENT_POLY && (XENT_LOGIT == 0 || XENT_TILE)
 #error "POLY needs 16-bit logits and TILE == 0"
-#endif
-#if XENT_ASYNC && (XENT_PASSES != 1 || XENT_TILE || XENT_PREFETCH)
-#error "ASYNC needs PASSES == 1, TILE == 0 and PREFETCH == 0"
 #endif
 
 #if XENT_CACHE == 0
@@ -595,81 +584,6 @@ __device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_IT
     a.s += chunk_sum(a, r, l, vb, v1, lane, t, w);
 }
 
-#if XENT_ASYNC
-#define NSTAGES (XENT_ASYNC + 1)
-#define VBYTES_ASYNC (XENT_VEC * ESIZE)
-
-/* This thread's slot for item k of stage s: consecutive threads, consecutive
- * vectors, so the copies and the reads back are conflict-free. */
-__device__ __forceinline__ unsigned stage_slot(unsigned stages, int s, int k) {
-    return stages + (unsigned)(((s * XENT_ITEMS + k) * XENT_BLOCK + (int)threadIdx.x) * VBYTES_ASYNC);
-}
-
-__device__ __forceinline__ void copy_async(unsigned dst, const unsigned char *src) {
-#if VBYTES_ASYNC == 16
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(src), "n"(VBYTES_ASYNC) : "memory");
-#endif
-}
-
-/* Copy this lane's vectors of chunk vb into stage s as one group; a chunk
- * past the segment's end commits an empty group so the counting holds. */
-__device__ __forceinline__ void issue_chunk(unsigned stages, int s, const row_layout &l, int vb, int v1, int lane) {
-    if (vb < v1) {
-        const unsigned char *base = vec_addr(l, vb + lane);
-        const int valid = v1 - (vb + lane);
-#pragma unroll
-        for (int k = 0; k < ITEMS_LIVE; k++)
-            if (k * XENT_TPR < valid) copy_async(stage_slot(stages, s, k), base + k * XENT_TPR * XENT_VEC * ESIZE);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Stage s into registers, the same vectors load_chunk would have read. */
-__device__ __forceinline__ void read_stage(unsigned stages, int s, int vb, int v1, int lane,
-                                           unsigned (&r)[XENT_ITEMS][VWORDS]) {
-    const int valid = v1 - (vb + lane);
-#pragma unroll
-    for (int k = 0; k < ITEMS_LIVE; k++) {
-        if (k * XENT_TPR < valid) {
-            const unsigned a = stage_slot(stages, s, k);
-#if VWORDS == 4
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(r[k][0]), "=r"(r[k][1]), "=r"(r[k][2]), "=r"(r[k][3]) : "r"(a) : "memory");
-#elif VWORDS == 2
-            asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(r[k][0]), "=r"(r[k][1]) : "r"(a) : "memory");
-#else
-            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r[k][0]) : "r"(a) : "memory");
-#endif
-        } else {
-#pragma unroll
-            for (int q = 0; q < VWORDS; q++) r[k][q] = NEG_INF_WORD;
-        }
-    }
-}
-
-/* The online loop with chunks ASYNC ahead in flight. Chunk i + ASYNC goes
- * into the stage chunk i - 1 used: that stage's reads are done (their
- * values were consumed), so the copy cannot overtake them. */
-__device__ __forceinline__ void async_chunks(acc &a, const row_layout &l, int v0, int v1, int lane, int t,
-                                             const float *__restrict__ w) {
-    extern __shared__ __align__(16) unsigned char stage_mem[];
-    const unsigned stages = (unsigned)__cvta_generic_to_shared(stage_mem);
-    unsigned r[XENT_ITEMS][VWORDS];
-#pragma unroll
-    for (int i = 0; i < XENT_ASYNC; i++) issue_chunk(stages, i, l, v0 + i * CHUNK, v1, lane);
-    int s = 0;
-    for (int vb = v0; vb < v1; vb += CHUNK) {
-        issue_chunk(stages, s == 0 ? NSTAGES - 1 : s - 1, l, vb + XENT_ASYNC * CHUNK, v1, lane);
-        asm volatile("cp.async.wait_group %0;" :: "n"(XENT_ASYNC) : "memory");
-        read_stage(stages, s, vb, v1, lane, r);
-        online_chunk(a, r, l, vb, v1, lane, t, w);
-        s = s == NSTAGES - 1 ? 0 : s + 1;
-    }
-}
-#endif
-
 /* This lane's share of segment [v0, v1) (vectors), plus the scalars when asked. */
 __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool scalars, int c,
                                        int lane, int t, const float *__restrict__ w, bool one_chunk,
@@ -686,9 +600,7 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
     }
-#if XENT_ASYNC
-    async_chunks(a, l, v0, v1, lane, t, w);
-#elif XENT_PREFETCH
+#if XENT_PREFETCH
     if (v0 < v1) load_chunk(l, v0, v1, lane, r);
     for (int vb = v0; vb < v1; vb += CHUNK) {
         unsigned next[XENT_ITEMS][VWORDS];
@@ -1285,27 +1197,11 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define REGS_CHUNK (CHUNK_REGS * (1 + XENT_PREFETCH))
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
-     16 * XENT_DYNAMIC + 16 * (XENT_ASYNC > 0))
+     16 * XENT_DYNAMIC)
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
 #define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
-/* With ASYNC the stages bound the blocks per SM: asking for more than fit
- * only starved the registers (a bf16 chunk of 64 spilled at 96). Shared
- * memory per SM, less 1 KB the driver reserves per block. */
-#if XENT_ASYNC
-#if __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870
-#define SMEM_PER_SM (164 * 1024)
-#elif __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1000
-#define SMEM_PER_SM (228 * 1024)
-#else
-#define SMEM_PER_SM (100 * 1024)
-#endif
-#define SMEM_BLOCKS (SMEM_PER_SM / (NSTAGES * XENT_ITEMS * XENT_BLOCK * VBYTES_ASYNC + 1024 + 1024))
-#define FIT_BLOCKS (SMEM_BLOCKS < REG_BLOCKS ? SMEM_BLOCKS : REG_BLOCKS)
-#else
-#define FIT_BLOCKS REG_BLOCKS
-#endif
-#define MIN_BLOCKS (FIT_BLOCKS > 0 ? FIT_BLOCKS : 1)
+#define MIN_BLOCKS (REG_BLOCKS > 0 ? REG_BLOCKS : 1)
 #define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
 
 extern "C" __global__ void XENT_BOUNDS

@@ -849,6 +849,7 @@ END_TEST
 START_TEST(test_config_option)
 {
     const char *a = "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3";
+    /* b as a cache written before ASYNC was retired holds it */
     const char *b = "VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 PREFETCH=0 ASYNC=0 POLY=8";
     result r = RUN("--dry-run", "--shape", "32768x4096", "--config", a);
     expect_code(&r, 0);
@@ -858,7 +859,7 @@ START_TEST(test_config_option)
     parse_section(lines, n, &at, &s, &r);
     ck_assert_int_eq(s.count, 1);
     ck_assert_str_eq(s.configs[0], "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 "
-                                   "PREFETCH=0 ASYNC=0 POLY=0");
+                                   "PREFETCH=0 POLY=0");
     free_lines(lines);
     result_free(&r);
 

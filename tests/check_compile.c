@@ -220,26 +220,6 @@ START_TEST(sweep_spills_stay_fixed) {
 }
 END_TEST
 
-/* ASYNC's stages under every vector width (cp.async of 4, 8 and 16 bytes),
- * stage count, a whole-block team past 48 KB of shared memory, and the
- * problem variants: no spills, no stack. */
-START_TEST(async_configs_compile) {
-    static const listed_config cases[] = {
-        {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
-        {XENT_F32, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2 ASYNC=2"},
-        {XENT_F32, "VEC=2 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
-        {XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=1 ASYNC=2"},
-        {XENT_F16, "VEC=2 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
-        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2"},
-        {XENT_BF16, "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1"},
-        /* 64-thread blocks: 40 bytes spilled at a cap of 96 registers */
-        {XENT_F16, "VEC=8 TPR=64 BLOCK=64 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
-        {XENT_BF16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 ASYNC=1"},
-    };
-    compile_listed(cases, sizeof cases / sizeof cases[0]);
-}
-END_TEST
-
 /* POLY's polynomial beside the MUFU terms, both shares, both 16-bit types,
  * a whole-block team and a thread per row, under the problem variants: no
  * spills, no stack. */
@@ -250,7 +230,7 @@ START_TEST(poly_configs_compile) {
         {XENT_F16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=3 POLY=4"},
         {XENT_F16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=8"},
         {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1 POLY=4"},
-        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=2 POLY=8"},
+        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2 POLY=8"},
     };
     compile_listed(cases, sizeof cases / sizeof cases[0]);
 }
@@ -366,7 +346,7 @@ static xent_problem small_problem(void) {
     return p;
 }
 
-static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0, 0};
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0};
 
 START_TEST(kernel_cache_memory_and_disk) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
@@ -537,7 +517,6 @@ int main(void) {
     TCase *sl = tcase_create("samples");
     tcase_set_timeout(sl, getenv("XENT_COMPILE_ALL") ? 7200 : 900);
     tcase_set_tags(sl, "slow");
-    tcase_add_test(sl, async_configs_compile);
     tcase_add_test(sl, poly_configs_compile);
     tcase_add_test(sl, sample_f32);
     tcase_add_test(sl, sample_f16);

@@ -158,46 +158,36 @@ START_TEST(prefetch_is_optional_and_constrained) {
 }
 END_TEST
 
-/* ASYNC, like PREFETCH, parses as 0 when left out; it keeps to the online
- * loop, needs CACHE=0, and its stages are the launch's shared memory. */
-START_TEST(async_is_optional_and_constrained) {
+/* A retired knob: its text in older caches reads at the value every config
+ * had (ASYNC=0), prints no more, and any other value is refused by name. */
+static const struct {
+    const char *text;
+    int ok;
+    const char *why; /* the refusal names this */
+} retired_cases[] = {
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 PREFETCH=0 ASYNC=0 POLY=0", 1, NULL},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=0", 1, NULL},
+    {"ASYNC=0 VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 1, NULL},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=1", 0, "ASYNC was retired"},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=00", 0, "ASYNC was retired"},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 ASYNC=", 0, "ASYNC was retired"},
+};
+
+START_TEST(retired_knob_reads_as_zero) {
+    const int i = _i;
     xent_config c;
-    char why[160];
-    parses_optional("VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", "ASYNC", 2, &c);
-    ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
-    xent_problem p;
-    xent_problem_init(&p, 32768, 4096);
-    p.logits = XENT_BF16;
-    ck_assert_uint_eq(xent_config_smem(&c, &p), 3u * 8 * 128 * 16); /* 3 stages of 8 vectors a thread */
-    xent_config bad = c;
-    bad.passes = 2;
-    ck_assert(!xent_config_legal(&bad, XENT_BF16, why, sizeof why));
-    ck_assert_ptr_nonnull(strstr(why, "ASYNC"));
-    bad = c;
-    bad.cache = 2;
-    ck_assert(!xent_config_legal(&bad, XENT_BF16, why, sizeof why));
-    ck_assert_ptr_nonnull(strstr(why, "CACHE"));
-    bad = c;
-    bad.prefetch = 1;
-    ck_assert(!xent_config_legal(&bad, XENT_BF16, why, sizeof why));
-    /* the largest stages the registers allow: 3 x 8 float4 x 512 threads, 192 KB */
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
-                                       "ASYNC=2", &bad, why, sizeof why), XENT_OK);
-    ck_assert_msg(xent_config_legal(&bad, XENT_F32, why, sizeof why), "%s", why);
-    xent_problem_init(&p, 64, 262144);
-    ck_assert_uint_eq(xent_config_smem(&bad, &p), 192u * 1024);
-    /* the tuner offers ASYNC only where a segment has more chunks than stages */
-    size_t n;
-    xent_config *cands = candidates_for(XENT_BF16, 32768, 4096, &n);
-    int offered = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!cands[i].async) continue;
-        offered++;
-        long per_lane = 4096 / cands[i].vec / cands[i].tpr;
-        ck_assert_int_le(cands[i].items * (cands[i].async + 1), per_lane);
+    char why[160] = "", text[256];
+    int rc = xent_config_parse(retired_cases[i].text, &c, why, sizeof why);
+    ck_assert_msg((rc == XENT_OK) == retired_cases[i].ok, "'%s': rc %d (%s)", retired_cases[i].text, rc, why);
+    if (!retired_cases[i].ok) {
+        ck_assert_msg(strstr(why, retired_cases[i].why), "'%s': %s", retired_cases[i].text, why);
+        return;
     }
-    ck_assert_int_gt(offered, 0);
-    free(cands);
+    ck_assert_int_eq(xent_config_format(&c, text, sizeof text), XENT_OK);
+    ck_assert_ptr_null(strstr(text, "ASYNC"));
+    xent_config again;
+    ck_assert_int_eq(xent_config_parse(text, &again, why, sizeof why), XENT_OK);
+    ck_assert_mem_eq(&again, &c, sizeof c);
 }
 END_TEST
 
@@ -259,7 +249,7 @@ START_TEST(persistent_grids) {
 END_TEST
 
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -267,11 +257,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -347,7 +337,7 @@ END_TEST
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
  * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
-    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
     ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
     xent_problem p;
@@ -365,7 +355,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
     /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
-    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0};
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0};
     xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
     p.c = p.row_stride = 24;
@@ -389,7 +379,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
@@ -441,7 +431,7 @@ START_TEST(many_rows_fit_unsplit) {
             free(rel);
         }
     /* split rows still stop at the workspace limit, without overflowing on the way */
-    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0};
     xent_problem p;
     char why[160] = "";
     xent_problem_init(&p, 1 << 21, 4096);
@@ -575,7 +565,7 @@ int main(void) {
     tcase_add_test(tc, text_round_trip);
     tcase_add_test(tc, parse_rejects_bad_text);
     tcase_add_test(tc, prefetch_is_optional_and_constrained);
-    tcase_add_test(tc, async_is_optional_and_constrained);
+    tcase_add_loop_test(tc, retired_knob_reads_as_zero, 0, (int)(sizeof retired_cases / sizeof retired_cases[0]));
     tcase_add_test(tc, poly_is_optional_and_constrained);
     tcase_add_test(tc, persistent_grids);
     tcase_add_test(tc, constraints_hold);

@@ -373,11 +373,9 @@ static int cmp_trial(const void *a, const void *b) {
     return (x->us > y->us) - (x->us < y->us);
 }
 
-/* ASYNC is how a structure's chunks arrive, like the cache hint: a variant.
- * As structures, its configs added up to two per online structure to the
- * unbounded first stage and never won, leaving
- * the budget fewer variants of the structures that did. POLY, which pipe
- * computes the exponentials, is a variant too. */
+/* A structure: how a row is cut into teams, chunks and passes. The cache
+ * hint, the block, the grid and POLY (which pipe computes the
+ * exponentials) are its variants, timed only for the fastest structures. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
            a->split == b->split && a->prefetch == b->prefetch;
@@ -385,7 +383,7 @@ static int same_structure(const xent_config *a, const xent_config *b) {
 
 static int is_stage1(const xent_config *c, xent_family f) {
     if (f == XENT_FAMILY_GRAD) return c->cache == 0 && (c->tpr > 32 || c->block == 128);
-    return c->cache == 0 && c->persist == 1 && c->async == 0 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
+    return c->cache == 0 && c->persist == 1 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
 }
 
 /* Stage 1: the structural knobs at default block, cache and persistence.
