@@ -96,7 +96,7 @@ const char *xent_family_file(xent_family f) { return f == XENT_FAMILY_GRAD ? "xe
  * and the options; c is a launch argument. */
 static void grad_defines(FILE *f, const xent_config *cfg, const xent_problem *p) {
     for (int i = 0; i < xent_nknobs; i++)
-        if (xent_knobs[i].grad)
+        if (xent_knobs[i].families & KNOB_GRAD)
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
     static const int mode[] = {0, 1, 2, 0, 1}; /* combine and rescale have entry points of their own */
     fprintf(f, "#define XENT_MODE %d\n#define XENT_ZLOSS %d\n#define XENT_SOFTCAP %d\n#define XENT_SHARD %d\n",
@@ -111,7 +111,7 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     const int grad = xent_problem_family(p) == XENT_FAMILY_GRAD;
     if (grad) grad_defines(f, cfg, p);
     for (int i = 0; i < xent_nknobs && !grad; i++)
-        if (xent_knobs[i].stage == KNOB_RENDER)
+        if (xent_knobs[i].stage == KNOB_RENDER && (xent_knobs[i].families & KNOB_FWD))
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
     /* PERSIST=2 is launched like 1 but compiled with its own row loop */
     if (!grad) fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);

@@ -11,32 +11,32 @@
 
 const xent_knob xent_knobs[] = {
     {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
-     4, {1, 2, 4, 8}, KNOB(vec), 0, 1},
+     4, {1, 2, 4, 8}, KNOB(vec), 0, KNOB_FWD | KNOB_GRAD},
     {"TPR", "threads per row team (<= 32 share a warp, > 32 is the whole block)", KNOB_RENDER,
-     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr), 0, 1},
+     10, {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}, KNOB(tpr), 0, KNOB_FWD | KNOB_GRAD},
     /* 1024 is left out: at 64 registers a thread every variant spilled. */
     {"BLOCK", "threads per block (a multiple of TPR; equal to TPR when TPR > 32)", KNOB_RENDER,
-     4, {64, 128, 256, 512}, KNOB(block), 0, 1},
+     4, {64, 128, 256, 512}, KNOB(block), 0, KNOB_FWD | KNOB_GRAD},
     {"ITEMS", "vector loads per thread per chunk (registers hold ITEMS*VEC logits)",
-     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items), 0, 1},
+     KNOB_RENDER, 6, {1, 2, 4, 8, 16, 32}, KNOB(items), 0, KNOB_FWD | KNOB_GRAD},
     {"PASSES", "1: online max and sum in one read; 2: max, then sum (registers or re-read)",
-     KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0, 0},
+     KNOB_RENDER, 2, {1, 2}, KNOB(passes), 0, KNOB_FWD},
     {"CACHE", "load hint: 0 plain, 1 read-only no L1 allocation, 2 streaming evict-first",
-     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0, 1},
+     KNOB_RENDER, 3, {0, 1, 2}, KNOB(cache), 0, KNOB_FWD | KNOB_GRAD},
     {"TILE", "1: each warp stages 32 rows in shared memory, a thread reduces each (tiny c)",
-     KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0, 0},
+     KNOB_RENDER, 2, {0, 1}, KNOB(tile), 0, KNOB_FWD},
     {"SPLIT", "teams per row: segments combined by the row's last team (xent_grad: the blocks of a "
      "cluster sharing a row through distributed shared memory)", KNOB_LAUNCH,
-     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0, 1},
+     8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0, KNOB_FWD | KNOB_GRAD},
     {"PERSIST", "1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
      "rows taken from a counter as teams finish (no uneven last round); 3: as 1, with as few blocks "
      "as give every block the same number of rounds", KNOB_LAUNCH,
-     4, {0, 1, 2, 3}, KNOB(persist), 0, 0},
+     4, {0, 1, 2, 3}, KNOB(persist), 0, KNOB_FWD},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
-     KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, 1},
+     KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
-     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, 0},
+     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -97,13 +97,19 @@ static int refuse(char *why, size_t len, const char *reason) {
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
 
-static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
+/* A knob a family does not use must be at its first value. */
+static int family_knobs_only(const xent_config *cfg, int family, const char *name, char *why, size_t len) {
     for (int i = 0; i < xent_nknobs; i++)
-        if (!xent_knobs[i].grad && xent_knob_get(cfg, &xent_knobs[i]) != xent_knobs[i].values[0]) {
-            if (why && len) snprintf(why, len, "the xent_grad family takes %s=%d", xent_knobs[i].name,
+        if (!(xent_knobs[i].families & family) && xent_knob_get(cfg, &xent_knobs[i]) != xent_knobs[i].values[0]) {
+            if (why && len) snprintf(why, len, "the %s family takes %s=%d", name, xent_knobs[i].name,
                                      xent_knobs[i].values[0]);
             return 0;
         }
+    return 1;
+}
+
+static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t len) {
+    if (!family_knobs_only(cfg, KNOB_GRAD, "xent_grad", why, len)) return 0;
     int vbytes = cfg->vec * xent_dtype_size(d);
     if (vbytes != 4 && vbytes != 8 && vbytes != 16)
         return refuse(why, len, "VEC * element size must be 4, 8 or 16 bytes");
@@ -145,15 +151,13 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1");
     if (cfg->tile && cfg->persist == 2)
         return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its warps take row groups by position)");
-    if (cfg->prefetch && (cfg->passes != 1 || cfg->tile))
-        return refuse(why, len, "PREFETCH=1 takes PASSES=1 and TILE=0 (the online loop over chunks)");
+    if (!family_knobs_only(cfg, KNOB_FWD, "xent_fwd", why, len)) return 0;
     /* fp32 chunks leave the MUFU pipe a third busy: nothing to balance */
     if (cfg->poly && (d == XENT_F32 || cfg->tile))
         return refuse(why, len, "POLY takes 16-bit logits and TILE=0 (the chunk sums it splits between pipes)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
-    if (cfg->items * cfg->vec * (1 + cfg->prefetch) > chunk_limit(cfg->block))
-        return refuse(why, len, "ITEMS * VEC (twice that with PREFETCH) exceeds what the registers of a "
-                                "thread of this BLOCK hold");
+    if (cfg->items * cfg->vec > chunk_limit(cfg->block))
+        return refuse(why, len, "ITEMS * VEC exceeds what the registers of a thread of this BLOCK hold");
     return 1;
 }
 
@@ -199,7 +203,6 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
-    if (c->prefetch && c->items >= fit) return 0; /* one chunk a segment: nothing to fetch ahead */
     /* POLY balances the pipes of long rows' chunks; short rows are paced by
      * instruction issue, which its polynomial only adds to */
     if (c->poly && (p->c < 512 || c->items * c->vec < 2 * c->poly)) return 0;
@@ -240,7 +243,7 @@ static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xen
     for (int i = 0; i < k->nvalues; i++) {
         xent_knob_set(cur, k, k->values[i]);
         if (!rel && k->stage == KNOB_LAUNCH && i > 0) break; /* the full space renders each once */
-        if (fam == XENT_FAMILY_GRAD && !k->grad && i > 0) break;
+        if (!(k->families & (fam == XENT_FAMILY_GRAD ? KNOB_GRAD : KNOB_FWD)) && i > 0) break;
         count = enumerate_from(knob + 1, cur, d, rel, sm_count, out, cap, count);
     }
     return count;
@@ -450,7 +453,7 @@ typedef struct heur_cell {
     int rows;        /* enum heur_rows */
     int tpr, block;
     int chunk;       /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
-    int passes, cache, tile, persist, prefetch, poly;
+    int passes, cache, tile, persist, poly;
 } heur_cell;
 
 /* heuristic-table: generated by tools/heuristic-table.py from tunecache/h200.sql; do not edit by hand */
@@ -458,61 +461,61 @@ typedef struct heur_cell {
 #define HEUR_SPLIT_TEAMS_PER_SM 2
 #define HEUR_MID_ROWS_PER_SM 32
 static const heur_cell heur_cells[] = {
-    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, PREFETCH, POLY; the entry it came from */
-    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x2 f32, measured */
-    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0}, /* 1024x2 f32, measured */
-    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x2 f32, measured */
-    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x10 f32, measured */
-    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0, 0}, /* 1024x10 f32, measured */
-    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0, 0}, /* 1048576x10 f32, measured */
-    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1x100 f32, measured */
-    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0}, /* 1024x100 f32, measured */
-    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0}, /* 1048576x100 f32, measured */
-    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0}, /* 1x1000 f32, measured */
-    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 256x1000 f32, measured */
-    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0, 0}, /* 262144x1000 f32, measured */
-    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 64x4096 f32, measured */
-    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0, 0}, /* 1024x4096 f32, measured */
-    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 65536x4096 f32, measured */
-    {4, 40102, HEUR_FEW, 256, 256, 256, 1, 1, 0, 0, 0, 0}, /* 64x32000 f32, measured */
-    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0, 0}, /* 4096x32000 f32, measured */
-    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x32000 f32, measured */
-    {4, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0}, /* 8x50257 f32, measured */
-    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0, 0}, /* 4096x50257 f32, measured */
-    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0}, /* 16384x50257 f32, measured */
-    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0}, /* 64x128256 f32, measured */
-    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0, 0}, /* 2048x128256 f32, measured */
-    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x128256 f32, measured */
-    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0, 0}, /* 64x262144 f32, measured */
-    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0, 0}, /* 2048x262144 f32, measured */
-    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x128256 f32, nearest band */
-    {2, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x2 f32, 4-byte cell */
-    {2, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0, 0}, /* 1024x2 f32, 4-byte cell */
-    {2, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x2 f32, 4-byte cell */
-    {2, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0, 0}, /* 1x10 f32, 4-byte cell */
-    {2, 31, HEUR_MID, 2, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1024x10 bf16, measured */
-    {2, 31, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0, 0}, /* 1048576x10 bf16, measured */
-    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0, 0}, /* 1x100 f32, 4-byte cell */
-    {2, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0, 0}, /* 1024x100 f32, 4-byte cell */
-    {2, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0, 0}, /* 1048576x100 f32, 4-byte cell */
-    {2, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0, 0}, /* 1x1000 f32, 4-byte cell */
-    {2, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 256x1000 f32, 4-byte cell */
-    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0}, /* 8192x1000 bf16, measured */
-    {2, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 64x4096 f32, 4-byte cell */
-    {2, 11448, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 1024x4096 bf16, measured */
-    {2, 11448, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0, 0}, /* 65536x4096 bf16, measured */
-    {2, 40102, HEUR_FEW, 256, 256, 128, 1, 0, 0, 1, 0, 0}, /* 64x32000 bf16, measured */
-    {2, 40102, HEUR_MID, 128, 128, 128, 1, 0, 0, 1, 0, 0}, /* 4096x32000 bf16, measured */
-    {2, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0, 0}, /* 8192x32000 f32, 4-byte cell */
-    {2, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0, 0}, /* 8x50257 f32, 4-byte cell */
-    {2, 80285, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0, 0}, /* 4096x50257 bf16, measured */
-    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0, 0}, /* 16384x50257 f32, 4-byte cell */
-    {2, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0, 0}, /* 64x128256 bf16, measured */
-    {2, 183361, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 0, 0}, /* 2048x128256 bf16, measured */
-    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 8192x128256 bf16, measured */
-    {2, 0, HEUR_FEW, 256, 256, 64, 1, 1, 0, 2, 0, 0}, /* 16x262144 bf16, measured */
-    {2, 0, HEUR_MID, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 512x262144 bf16, measured */
-    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
+    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, POLY; the entry it came from */
+    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x2 f32, measured */
+    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0}, /* 1024x2 f32, measured */
+    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0}, /* 1048576x2 f32, measured */
+    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x10 f32, measured */
+    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0}, /* 1024x10 f32, measured */
+    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0}, /* 1048576x10 f32, measured */
+    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 f32, measured */
+    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0}, /* 1024x100 f32, measured */
+    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 f32, measured */
+    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0}, /* 1x1000 f32, measured */
+    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 256x1000 f32, measured */
+    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0}, /* 262144x1000 f32, measured */
+    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0}, /* 64x4096 f32, measured */
+    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0}, /* 1024x4096 f32, measured */
+    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0}, /* 65536x4096 f32, measured */
+    {4, 40102, HEUR_FEW, 256, 256, 256, 1, 1, 0, 0, 0}, /* 64x32000 f32, measured */
+    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0}, /* 4096x32000 f32, measured */
+    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x32000 f32, measured */
+    {4, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0}, /* 8x50257 f32, measured */
+    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0}, /* 4096x50257 f32, measured */
+    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 f32, measured */
+    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0}, /* 64x128256 f32, measured */
+    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0}, /* 2048x128256 f32, measured */
+    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, measured */
+    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0}, /* 64x262144 f32, measured */
+    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0}, /* 2048x262144 f32, measured */
+    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, nearest band */
+    {2, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x2 f32, 4-byte cell */
+    {2, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0}, /* 1024x2 f32, 4-byte cell */
+    {2, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0}, /* 1048576x2 f32, 4-byte cell */
+    {2, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x10 f32, 4-byte cell */
+    {2, 31, HEUR_MID, 2, 128, 16, 1, 0, 0, 1, 0}, /* 1024x10 bf16, measured */
+    {2, 31, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0}, /* 1048576x10 bf16, measured */
+    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 f32, 4-byte cell */
+    {2, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0}, /* 1024x100 f32, 4-byte cell */
+    {2, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 f32, 4-byte cell */
+    {2, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0}, /* 1x1000 f32, 4-byte cell */
+    {2, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 256x1000 f32, 4-byte cell */
+    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0}, /* 8192x1000 bf16, measured */
+    {2, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0}, /* 64x4096 f32, 4-byte cell */
+    {2, 11448, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 1024x4096 bf16, measured */
+    {2, 11448, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0}, /* 65536x4096 bf16, measured */
+    {2, 40102, HEUR_FEW, 256, 256, 128, 1, 0, 0, 1, 0}, /* 64x32000 bf16, measured */
+    {2, 40102, HEUR_MID, 128, 128, 128, 1, 0, 0, 1, 0}, /* 4096x32000 bf16, measured */
+    {2, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x32000 f32, 4-byte cell */
+    {2, 80285, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0}, /* 8x50257 f32, 4-byte cell */
+    {2, 80285, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 4096x50257 bf16, measured */
+    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 f32, 4-byte cell */
+    {2, 183361, HEUR_FEW, 256, 256, 128, 1, 1, 0, 2, 0}, /* 64x128256 bf16, measured */
+    {2, 183361, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 0}, /* 2048x128256 bf16, measured */
+    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, measured */
+    {2, 0, HEUR_FEW, 256, 256, 64, 1, 1, 0, 2, 0}, /* 16x262144 bf16, measured */
+    {2, 0, HEUR_MID, 128, 128, 128, 1, 1, 0, 0, 0}, /* 512x262144 bf16, measured */
+    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
 };
 /* heuristic-table: end */
 
@@ -542,7 +545,7 @@ static int heur_items(const heur_cell *h, const xent_config *cfg, xent_dtype d) 
     if (cfg->tile) return 1;
     long items = pow2_floor(h->chunk / (cfg->vec * xent_dtype_size(d)));
     if (items > 32) items = 32;
-    while (items > 1 && items * cfg->vec * (1 + cfg->prefetch) > chunk_limit(cfg->block)) items /= 2;
+    while (items > 1 && items * cfg->vec > chunk_limit(cfg->block)) items /= 2;
     return (int)items;
 }
 
@@ -567,7 +570,6 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->cache = h->cache;
     cfg->tile = h->tile;
     cfg->persist = h->persist;
-    cfg->prefetch = h->prefetch;
     cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
     /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
     long nv = (p->c + cfg->vec - 1) / cfg->vec, widest = nv > 1 ? pow2_ceil(nv) : 1;

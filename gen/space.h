@@ -39,6 +39,7 @@ typedef struct xent_config {
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
+enum knob_family { KNOB_FWD = 1, KNOB_GRAD = 2 };
 
 typedef struct xent_knob {
     const char *name;    /* XENT_<name> in the template, <name>= in config text */
@@ -49,7 +50,8 @@ typedef struct xent_knob {
     size_t offset;       /* of the int field in xent_config */
     int optional;        /* may be left out of config text, meaning its first value: knobs added
                             after tune caches shipped, so their entries still parse */
-    int grad;            /* used by the xent_grad family (rendered there, SPLIT included) */
+    int families;        /* KNOB_FWD, KNOB_GRAD: the families that use it (xent_grad renders SPLIT
+                            too); a family not named takes the knob's first value */
 } xent_knob;
 
 /* The table: every knob, its legal values, and its field. */

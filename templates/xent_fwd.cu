@@ -17,8 +17,6 @@
  *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
  *                from registers when a segment fits one chunk, else re-reading it
  *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
- *   XENT_PREFETCH 1: (PASSES=1) the next chunk's loads are issued before this chunk is
- *                reduced, so a warp keeps bytes in flight while it computes
  *   XENT_POLY    4, 8: (16-bit logits) one term in that many of a chunk's sum is computed
  *                by a polynomial on the FMA pipe (poly_exp2), the others by MUFU's ex2, so
  *                that neither pipe alone paces a chunk
@@ -66,9 +64,6 @@
 #endif
 #ifndef XENT_TILE
 #define XENT_TILE 0
-#endif
-#ifndef XENT_PREFETCH
-#define XENT_PREFETCH 0
 #endif
 #ifndef XENT_POLY
 #define XENT_POLY 0
@@ -600,23 +595,10 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
     }
-#if XENT_PREFETCH
-    if (v0 < v1) load_chunk(l, v0, v1, lane, r);
-    for (int vb = v0; vb < v1; vb += CHUNK) {
-        unsigned next[XENT_ITEMS][VWORDS];
-        if (vb + CHUNK < v1) load_chunk(l, vb + CHUNK, v1, lane, next);
-        online_chunk(a, r, l, vb, v1, lane, t, w);
-#pragma unroll
-        for (int k = 0; k < ITEMS_LIVE; k++)
-#pragma unroll
-            for (int q = 0; q < VWORDS; q++) r[k][q] = next[k][q];
-    }
-#else
     for (int vb = v0; vb < v1; vb += CHUNK) {
         load_chunk(l, vb, v1, lane, r);
         online_chunk(a, r, l, vb, v1, lane, t, w);
     }
-#endif
 #else
     float m = scalars ? scalars_max(l, c, lane) : neg_inf();
     if (one_chunk) {
@@ -1162,8 +1144,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 /* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
  * registers and spilled; asking for one block per SM let others grow to 127
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
- * plus room for addresses and sums (twice that with PREFETCH: at 96
- * registers a 64-logit chunk and its successor spilled; a little more for
+ * plus room for addresses and sums (a little more for
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
  * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
@@ -1194,7 +1175,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #else
 #define REGS_FLOOR 72
 #endif
-#define REGS_CHUNK (CHUNK_REGS * (1 + XENT_PREFETCH))
+#define REGS_CHUNK CHUNK_REGS
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
      16 * XENT_DYNAMIC)

@@ -43,7 +43,7 @@ COLS = ("gpu, arch, sm_count, family, logits, targets, reduction, options, n, c,
 ESIZE = {0: 4, 1: 2, 2: 2}
 BANDS_N = ("few", "mid", "many")
 MID_ROWS_PER_SM = 32
-KNOBS = ("TPR", "BLOCK", "CHUNK", "PASSES", "CACHE", "TILE", "PERSIST", "PREFETCH", "POLY")
+KNOBS = ("TPR", "BLOCK", "CHUNK", "PASSES", "CACHE", "TILE", "PERSIST", "POLY")
 
 
 def load(path):
