@@ -40,9 +40,11 @@ TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 .PHONY: all test test-slow test-gpu install clean FORCE $(CPU_RUNS) $(SLOW_RUNS)
 all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
 
-$(BUILD)/templates.c: $(wildcard templates/*.cu) tools/embed.sh
+# A template is a file, or a folder of parts joined in name order (tools/embed.sh).
+TEMPLATES := $(wildcard templates/*.cu) $(patsubst %/,%,$(wildcard templates/*/))
+$(BUILD)/templates.c: $(wildcard templates/*.cu templates/*/*.cu) tools/embed.sh
 	@mkdir -p $(@D)
-	sh tools/embed.sh $(wildcard templates/*.cu) > $@
+	sh tools/embed.sh $(TEMPLATES) > $@
 
 $(BUILD)/%.o: %.c $(HEADERS) $(BUILD)/flags
 	@mkdir -p $(@D)

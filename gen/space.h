@@ -14,7 +14,7 @@
 #define XENT_TEMPLATE_VERSION 1
 #define XENT_FAMILY "xent_fwd"
 
-/* Kernel families: xent_fwd.cu (the plain forward) and xent_grad.cu (the
+/* Kernel families: xent_fwd (the plain forward, templates/xent_fwd/) and xent_grad.cu (the
  * gradient, fused forward and backward, z-loss, soft-capping, shards). One
  * config struct and one knob table serve both; a knob a family does not use
  * sits at its first value. */

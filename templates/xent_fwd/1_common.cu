@@ -1,0 +1,376 @@
+/*
+ * xent_fwd — softmax cross-entropy forward (PyTorch F.cross_entropy with
+ * class-index targets), one template for every configuration, in five parts
+ * that tools/embed.sh joins in name order: 1_common (knob defaults, sums,
+ * loads, team reductions), 2_row (the row path), 3_tile (the tile path),
+ * 4_finish (split rows and the reduction's last block), 5_kernel (the row
+ * loops and the entry point).
+ *
+ * A "team" of XENT_TPR threads reduces one row, or one segment of a row when
+ * the launch splits rows (split > 1: segment partials are combined by the
+ * last team to finish the row). Teams walk the rows in a grid-stride loop so
+ * a persistent grid works; the sum/mean is fused: per-block partials (double)
+ * are summed in a fixed order by the last block, so results are bitwise
+ * deterministic for a given plan.
+ *
+ * Tuned knobs (gen/space.c holds the table of legal values and constraints):
+ *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
+ *   XENT_TPR     threads per row team: 1..32 share a warp, 64..512 is the whole block
+ *   XENT_BLOCK   threads per block; BLOCK % TPR == 0; TPR > 32 needs BLOCK == TPR
+ *   XENT_ITEMS   vector loads per thread per chunk (the registers hold ITEMS*VEC elements)
+ *   XENT_PASSES  1: online max and sum in one read; 2: team max first, then the sum,
+ *                from registers when a segment fits one chunk, else re-reading it
+ *   XENT_CACHE   0 plain loads, 1 read-only without L1 allocation, 2 streaming (evict first)
+ *   XENT_POLY    4, 8: (16-bit logits) one term in that many of a chunk's sum is computed
+ *                by a polynomial on the FMA pipe (poly_exp2), the others by MUFU's ex2, so
+ *                that neither pipe alone paces a chunk
+ *   XENT_TILE    1: tiny rows, a thread per row (TPR == 1). Each warp stages 32 whole rows
+ *                into its own shared-memory region with VEC-wide loads, several in flight
+ *                per lane, synchronising with __syncwarp only; then each lane reduces its
+ *                row from shared memory. Dynamic shared memory: WARPS regions of
+ *                32 * row_stride + VEC elements, each rounded up to 16 bytes
+ * Problem defines (set from the problem, never tuned):
+ *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
+ *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
+ *   XENT_DYNAMIC 1 for PERSIST=2: a persistent grid whose units claim item groups
+ *                from a counter (rendered from the launch knob; see team_rows)
+ *   XENT_C       the class count, rendered for small c only (gen/render.c): tiny rows are
+ *                instruction bound, and a constant c drops the items no row can fill and
+ *                unrolls the per-row loops exactly. The argument c must equal it
+ * Launch parameters (not compiled in): split (teams per row) and the grid size.
+ *
+ * Workspace (zeroed once; every launch leaves its counters zero again):
+ *   [0, 4)                  unsigned ticket of the last block
+ *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
+ *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
+ *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
+ *                           (16-aligned), double2 row results[n] (summed in row order, so
+ *                           the result does not depend on which team finished a row)
+ */
+
+#ifndef XENT_VEC
+#define XENT_VEC 4
+#endif
+#ifndef XENT_TPR
+#define XENT_TPR 32
+#endif
+#ifndef XENT_BLOCK
+#define XENT_BLOCK 128
+#endif
+#ifndef XENT_ITEMS
+#define XENT_ITEMS 8
+#endif
+#ifndef XENT_PASSES
+#define XENT_PASSES 1
+#endif
+#ifndef XENT_CACHE
+#define XENT_CACHE 0
+#endif
+#ifndef XENT_TILE
+#define XENT_TILE 0
+#endif
+#ifndef XENT_POLY
+#define XENT_POLY 0
+#endif
+#ifndef XENT_DYNAMIC
+#define XENT_DYNAMIC 0
+#endif
+#define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
+#ifndef XENT_LOGIT
+#define XENT_LOGIT 0
+#endif
+#ifndef XENT_TARGET
+#define XENT_TARGET 1
+#endif
+#ifndef XENT_REDUCTION
+#define XENT_REDUCTION 2
+#endif
+#ifndef XENT_WEIGHTS
+#define XENT_WEIGHTS 0
+#endif
+#ifndef XENT_SMOOTHING
+#define XENT_SMOOTHING 0
+#endif
+#ifndef XENT_LSE
+#define XENT_LSE 0
+#endif
+
+#define ESIZE (XENT_LOGIT == 0 ? 4 : 2)
+#define VWORDS ((XENT_VEC * ESIZE) / 4)
+#define TEAMS (XENT_BLOCK / XENT_TPR)
+#define CHUNK (XENT_TPR * XENT_ITEMS)
+#ifdef XENT_C
+/* Items a lane can ever hold: a row has at most C/VEC vectors, so item k of
+ * every lane lies past them once k * TPR >= C/VEC (ceil division). */
+#define NV_MAX (XENT_C / XENT_VEC)
+#define ITEMS_LIVE ((NV_MAX + XENT_TPR - 1) / XENT_TPR < XENT_ITEMS ? (NV_MAX + XENT_TPR - 1) / XENT_TPR : XENT_ITEMS)
+/* Items every lane holds in a whole row: even misaligned (head < VEC) it has
+ * NV_MIN vectors, and item k of lane TPR - 1 is vector k * TPR + TPR - 1. */
+#define NV_MIN ((XENT_C - XENT_VEC + 1) / XENT_VEC)
+#define ITEMS_SURE (NV_MIN / XENT_TPR < ITEMS_LIVE ? NV_MIN / XENT_TPR : ITEMS_LIVE)
+#else
+#define ITEMS_LIVE XENT_ITEMS
+#define ITEMS_SURE 0
+#endif
+#define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
+#define PART_FLOATS (3 + XENT_SMOOTHING * (1 + XENT_WEIGHTS))
+#define LOG2E 1.4426950408889634f
+/* The work counter of dynamic scheduling, in the workspace header (see above). */
+#define WORK_COUNTER(ws) ((unsigned long long *)((ws) + 8))
+#define FULL_MASK 0xffffffffu
+/* A word of -inf logits (one fp32, two fp16 or two bf16): what missing vectors read as. */
+#define NEG_INF_WORD (XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u)
+
+#if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
+#error "XENT_VEC * element size must be 4, 8 or 16 bytes"
+#endif
+#if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
+#error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
+#endif
+#if XENT_TILE && XENT_TPR != 1
+#error "TILE needs TPR == 1"
+#endif
+#if XENT_POLY && (XENT_LOGIT == 0 || XENT_TILE)
+#error "POLY needs 16-bit logits and TILE == 0"
+#endif
+
+#if XENT_CACHE == 0
+#define LD "ld.global"
+#elif XENT_CACHE == 1
+#define LD "ld.global.nc.L1::no_allocate"
+#else
+#define LD "ld.global.cs"
+#endif
+
+#if XENT_TARGET == 0
+typedef int target_t;
+#else
+typedef long long target_t;
+#endif
+
+/* A segment's running state; merged across lanes, teams and segments. */
+struct acc {
+    float m;  /* running max */
+    float s;  /* sum of exp(x - m) */
+    float xt; /* the target's logit (0 on lanes that do not hold it) */
+#if XENT_SMOOTHING
+    float sx; /* sum of x (weighted by class weight) */
+#if XENT_WEIGHTS
+    float sw; /* sum of class weights */
+#endif
+#endif
+};
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+/* 2^x in one MUFU instruction: flushing results below 2^-126 to zero costs
+ * nothing measurable in a sum that holds at least 1 (the max's own term). */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* exp(x - m) with m a shift from safe_max. The subtraction comes first so
+ * that x == m gives exactly 1: an fma(x, log2e, -m*log2e) keeps the rounding
+ * of m*log2e and drifts every rescale by up to 2^(|m| * 6e-8). */
+__device__ __forceinline__ float exp_shifted(float x, float m) {
+    return fast_exp2((x - m) * LOG2E);
+}
+
+/* The same shift for a chunk's many logits at one FFMA each, not a subtraction
+ * and a product: terms 2^(x*log2e - ml2), with ml2 = m*log2e rounded, are off
+ * by exactly 2^delta, delta = m*log2e - ml2 (an fma gives it), and their sum
+ * is corrected once. So no drift from rescale to rescale. Past |m| = 2^22,
+ * delta could near 1 and the terms overflow: those chunks subtract first. */
+struct shift {
+    float m;    /* from safe_max */
+    float ml2;  /* m * log2e, rounded */
+    float fix;  /* 2^-delta */
+    bool ffma;  /* |m| < 2^22 */
+};
+
+__device__ __forceinline__ shift make_shift(float m) {
+    shift h;
+    h.m = m;
+    h.ml2 = m * LOG2E;
+    h.fix = fast_exp2(-fmaf(m, LOG2E, -h.ml2));
+    h.ffma = fabsf(m) < 4194304.0f;
+    return h;
+}
+
+/* 2^x without the MUFU unit, for x < 2^22: x = j + f, j an integer (the
+ * 1.5 * 2^23 rounding trick) and |f| <= 1/2; 2^f from a degree-5 minimax
+ * polynomial (relative error 1.8e-7 in fp32 Horner, about ex2.approx's), times
+ * 2^j built in the exponent bits. The product, not an integer add to p's
+ * exponent, keeps NaN a NaN. Below -125 it gives 2^-125 where ex2.ftz gives 0:
+ * nothing in a sum that holds at least 1. About 11 FMA and ALU instructions. */
+__device__ __forceinline__ float poly_exp2(float x) {
+    const float y = x < -125.0f ? -125.0f : x; /* NaN compares false: kept */
+    const float t = y + 12582912.0f;
+    const float f = y - (t - 12582912.0f);
+    float p = 1.3282305e-3f;
+    p = fmaf(p, f, 9.6755894e-3f);
+    p = fmaf(p, f, 5.5506952e-2f);
+    p = fmaf(p, f, 2.4022119e-1f);
+    p = fmaf(p, f, 6.9314700e-1f);
+    p = fmaf(p, f, 1.0000001f);
+    /* t's low bits hold j: (j + 127) << 23 is 2^j, the constant's bits shift out */
+    return p * __int_as_float((__float_as_int(t) + 127) << 23);
+}
+
+/* One term of a shift; FFMA is h.ffma, a constant so that each path is straight
+ * code; on_fma (a constant) takes the term off the MUFU pipe. */
+template <bool FFMA>
+__device__ __forceinline__ float shifted_term(float x, const shift &h, bool on_fma = false) {
+    if (!FFMA) return exp_shifted(x, h.m);
+    const float e = fmaf(x, LOG2E, -h.ml2);
+    return on_fma ? poly_exp2(e) : fast_exp2(e);
+}
+
+/* ln(s) of a row's sum: 1 <= s <= c when its max is finite, else 0, inf or
+ * NaN, which lg2 maps as logf does. MUFU's log2 (CUDA's __logf) is within
+ * 2^-21.4 absolute on [0.5, 2] and 3 ulp beyond: far inside the 1e-5 of
+ * max(|lse|, 1) a row promises, in 2 instructions where logf took 22, a
+ * tenth of a tiny row. */
+__device__ __forceinline__ float log_sum(float s) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(s));
+    return y * 0.6931471805599453f;
+}
+
+/* A max usable as a shift: an all -inf prefix keeps the sum at 0, not NaN. */
+__device__ __forceinline__ float safe_max(float m) { return m == neg_inf() ? 0.0f : m; }
+
+__device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS]) {
+#if VWORDS == 4
+    asm(LD ".v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+#elif VWORDS == 2
+    asm(LD ".v2.u32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+#else
+    asm(LD ".u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
+#endif
+}
+
+#if XENT_LOGIT != 0
+/* A 16-bit logit (fp16 or bf16 bits) as fp32. */
+__device__ __forceinline__ float widen16(unsigned short h) {
+#if XENT_LOGIT == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float(((unsigned)h) << 16);
+#endif
+}
+#endif
+
+/* Element e of a loaded vector, as fp32. */
+__device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
+#if XENT_LOGIT == 0
+    return __uint_as_float(r[e]);
+#elif XENT_LOGIT == 1
+    return widen16((unsigned short)(r[e / 2] >> (16 * (e % 2))));
+#else
+    /* the high half needs no shift */
+    return __uint_as_float((e % 2) ? (r[e / 2] & 0xffff0000u) : (r[e / 2] << 16));
+#endif
+}
+
+__device__ __forceinline__ float load_scalar(const unsigned char *row, long long j) {
+#if XENT_LOGIT == 0
+    return __ldg((const float *)row + j);
+#else
+    return widen16(__ldg((const unsigned short *)row + j));
+#endif
+}
+
+__device__ __forceinline__ void acc_init(acc &a) {
+    a.m = neg_inf();
+    a.s = 0.0f;
+    a.xt = 0.0f;
+#if XENT_SMOOTHING
+    a.sx = 0.0f;
+#if XENT_WEIGHTS
+    a.sw = 0.0f;
+#endif
+#endif
+}
+
+/* Everything but max and sum for one valid element j of the row. */
+__device__ __forceinline__ void acc_side(acc &a, float x, int j, int t, const float *__restrict__ w) {
+    if (j == t) a.xt = x;
+#if XENT_SMOOTHING
+#if XENT_WEIGHTS
+    float wj = __ldg(w + j);
+    a.sx = fmaf(wj, x, a.sx);
+    a.sw += wj;
+#else
+    a.sx += x;
+#endif
+#endif
+}
+
+/* Merge b into a: rescale both sums to the larger max. */
+__device__ __forceinline__ void acc_merge(acc &a, const acc &b) {
+    float m = fmaxf(a.m, b.m);
+    float shift = safe_max(m);
+    a.s = a.s * exp_shifted(a.m, shift) + b.s * exp_shifted(b.m, shift);
+    a.m = m;
+    a.xt += b.xt;
+#if XENT_SMOOTHING
+    a.sx += b.sx;
+#if XENT_WEIGHTS
+    a.sw += b.sw;
+#endif
+#endif
+}
+
+__device__ __forceinline__ acc acc_shfl_xor(const acc &a, int o) {
+    acc b;
+    b.m = __shfl_xor_sync(FULL_MASK, a.m, o);
+    b.s = __shfl_xor_sync(FULL_MASK, a.s, o);
+    b.xt = __shfl_xor_sync(FULL_MASK, a.xt, o);
+#if XENT_SMOOTHING
+    b.sx = __shfl_xor_sync(FULL_MASK, a.sx, o);
+#if XENT_WEIGHTS
+    b.sw = __shfl_xor_sync(FULL_MASK, a.sw, o);
+#endif
+#endif
+    return b;
+}
+
+/* Team-wide merge; every lane ends with the team's total. Called by every
+ * thread of the block the same number of times (teams of a warp in step). */
+__device__ __forceinline__ void team_merge(acc &a) {
+    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
+#pragma unroll
+    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl_xor(a, o));
+#if XENT_TPR > 32
+    __shared__ acc warp_acc[WARPS];
+    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = a;
+    __syncthreads();
+    a = warp_acc[0];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) acc_merge(a, warp_acc[i]);
+    __syncthreads();
+#endif
+}
+
+__device__ __forceinline__ float team_max(float m) {
+    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
+#pragma unroll
+    for (int o = width / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, o));
+#if XENT_TPR > 32
+    __shared__ float warp_max[WARPS];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    m = warp_max[0];
+#pragma unroll
+    for (int i = 1; i < WARPS; i++) m = fmaxf(m, warp_max[i]);
+    __syncthreads();
+#endif
+    return m;
+}
+

@@ -1,0 +1,152 @@
+/* xent_fwd, part 4: the finish. Split rows' partials combined by their last team, and
+ * the reduction's partials summed by the grid's last block, in a fixed order. */
+
+/* Reads of what other blocks published, from L2. CUDA's __ldcg is volatile
+ * asm without a memory clobber; the clobber also keeps these after every
+ * plain load and store before them, not only after the fence. */
+__device__ __forceinline__ float published_f(const float *p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ double2 published_d2(const double2 *p) {
+    double2 v;
+    asm volatile("ld.global.cg.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+/* Counts an arrival: releases what this thread stored before it and, for the
+ * last to arrive, acquires what the others did (one gpu-scope atomic instead
+ * of two sequentially consistent fences around a relaxed one). */
+__device__ __forceinline__ unsigned arrive(unsigned *counter) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+    return old;
+}
+
+/* Split rows: publish this segment's partial; the row's last segment combines
+ * all of them in segment order (deterministic) and returns true. */
+__device__ bool combine_split(acc &a, long long row, int seg, int split, unsigned *arrivals,
+                              float *parts) {
+    float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
+    mine[0] = a.m;
+    mine[1] = a.s;
+    mine[2] = a.xt;
+#if XENT_SMOOTHING
+    mine[3] = a.sx;
+#if XENT_WEIGHTS
+    mine[4] = a.sw;
+#endif
+#endif
+    if (arrive(arrivals + row) != (unsigned)(split - 1)) return false;
+    acc_init(a);
+    for (int k = 0; k < split; k++) {
+        const float *q = parts + ((size_t)row * split + k) * PART_FLOATS;
+        acc b;
+        b.m = published_f(q);
+        b.s = published_f(q + 1);
+        b.xt = published_f(q + 2);
+#if XENT_SMOOTHING
+        b.sx = published_f(q + 3);
+#if XENT_WEIGHTS
+        b.sw = published_f(q + 4);
+#endif
+#endif
+        acc_merge(a, b);
+    }
+    arrivals[row] = 0; /* leave the workspace zeroed for the next launch */
+    return true;
+}
+
+#if XENT_REDUCTION != 0
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+/* Fixed-shape block sum: same inputs, same order, same bits. */
+__device__ __forceinline__ void block_sum2(double &x, double &y) {
+    __shared__ double sx[32], sy[32];
+    x = warp_sum_d(x);
+    y = warp_sum_d(y);
+    if (XENT_BLOCK <= 32) return;
+    if (threadIdx.x % 32 == 0) {
+        sx[threadIdx.x / 32] = x;
+        sy[threadIdx.x / 32] = y;
+    }
+    __syncthreads();
+    x = 0.0;
+    y = 0.0;
+    if (threadIdx.x < 32) {
+        x = threadIdx.x < WARPS ? sx[threadIdx.x] : 0.0;
+        y = threadIdx.x < WARPS ? sy[threadIdx.x] : 0.0;
+        x = warp_sum_d(x);
+        y = warp_sum_d(y);
+    }
+    __syncthreads();
+}
+
+/* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
+ * loads are issued before their adds, so the last block's pass over ~500
+ * partials waits on two L2 round trips, not five. */
+__device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
+                                              double &x, double &y) {
+    long long i = from;
+    for (; i + 3 * XENT_BLOCK < count; i += 4 * XENT_BLOCK) {
+        double2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = published_d2(pairs + i + u * XENT_BLOCK);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            x += v[u].x;
+            y += v[u].y;
+        }
+    }
+    for (; i < count; i += XENT_BLOCK) {
+        double2 v = published_d2(pairs + i);
+        x += v.x;
+        y += v.y;
+    }
+}
+
+/* Last-block reduction of the per-block partials (and, for split rows, the
+ * per-row results) into the scalar loss, in a fixed order. */
+__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
+                                 unsigned char *ws, const double *row_results, long long n) {
+    __shared__ bool last;
+    unsigned *ticket = (unsigned *)ws;
+    double2 *parts = (double2 *)(ws + 16);
+    block_sum2(loss_acc, weight_acc);
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
+        last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
+    }
+    /* orders the other threads' reads after thread 0's acquire */
+    __syncthreads();
+    if (!last) return;
+    double l = 0.0, wsum = 0.0;
+    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
+    if (row_results) sum_published((const double2 *)row_results, threadIdx.x, n, l, wsum);
+    block_sum2(l, wsum);
+    if (threadIdx.x == 0) {
+        /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
+        *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
+        *ticket = 0u;
+#if XENT_DYNAMIC
+        *WORK_COUNTER(ws) = 0ull;
+#endif
+    }
+}
+#elif XENT_DYNAMIC
+/* Without a reduction, dynamic scheduling still needs a last block: it zeroes
+ * the counter once every block has stopped taking work. */
+__device__ void reset_counter(unsigned char *ws) {
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd((unsigned *)ws, 1u) == gridDim.x - 1) {
+        *(unsigned *)ws = 0u;
+        *WORK_COUNTER(ws) = 0ull;
+    }
+}
+#endif
+

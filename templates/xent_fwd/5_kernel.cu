@@ -1,0 +1,256 @@
+/* xent_fwd, part 5: the kernel. Its arguments, the row loops of both paths, the
+ * registers it asks for, and the entry point. */
+
+/* The launch's arguments, as one value the row loops share. */
+struct kargs {
+    const unsigned char *logits;
+    const target_t *targets;
+    const float *weights;
+    float *loss, *lse;
+    unsigned char *ws;
+    int *err;
+    long long n, stride, ignore_index;
+    int c, split;
+    float smoothing;
+};
+
+/* A finished row goes to the output (none) or into this thread's sums. */
+__device__ __forceinline__ void emit_row(const kargs &k, long long row, const row_result &r,
+                                         double &loss_acc, double &weight_acc) {
+#if XENT_REDUCTION == 0
+    k.loss[row] = r.loss;
+    (void)loss_acc;
+    (void)weight_acc;
+#else
+    (void)k;
+    (void)row;
+    loss_acc += r.loss;
+    weight_acc += r.weight;
+#endif
+}
+
+__device__ __forceinline__ size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+__device__ __forceinline__ unsigned *split_arrivals(const kargs &k) {
+    return (unsigned *)(k.ws + 16 + 16 * (size_t)gridDim.x);
+}
+__device__ __forceinline__ float *split_parts(const kargs &k) {
+    return (float *)((unsigned char *)split_arrivals(k) + align16((size_t)k.n * 4));
+}
+__device__ __forceinline__ double *split_results(const kargs &k) {
+    return (double *)((unsigned char *)split_parts(k) + align16((size_t)k.n * k.split * PART_FLOATS * 4));
+}
+
+#if XENT_TILE
+/* Bytes of a warp's region: 32 rows plus room for the span's misalignment,
+ * rounded so every region starts 16-byte aligned (as xent_config_smem). */
+__device__ __forceinline__ size_t tile_region(long long stride) {
+    return align16((size_t)(32 * stride + XENT_VEC) * ESIZE);
+}
+
+/* Warp w of block b takes groups of 32 rows g = b * WARPS + w, then
+ * g + grid * WARPS, ...: warps never wait for each other, and the loop is
+ * uniform within a warp, so __syncwarp suffices. No thread returns early:
+ * finish_reduction needs the whole block. */
+__device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    extern __shared__ __align__(16) unsigned char tiles[];
+    const int lane = threadIdx.x % 32;
+    unsigned char *region = tiles + (threadIdx.x / 32) * tile_region(k.stride);
+    const long long groups = (k.n + 31) / 32;
+    for (long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32; g < groups;
+         g += (long long)gridDim.x * WARPS) {
+        const long long r0 = g * 32;
+        const int rows = (int)min(32LL, k.n - r0);
+        const long long row = r0 + lane;
+        /* before the staging, so its latency hides behind it */
+        const long long t = lane < rows ? (long long)load_target(k.targets, row) : k.ignore_index;
+        __syncwarp(); /* every lane has read the previous group */
+        const int mis = stage_warp(region, k.logits, r0, rows, k.c, k.stride, lane);
+        __syncwarp();
+        if (lane >= rows) continue;
+        const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
+        acc a = tile_row((const tile_t *)region + mis + lane * k.stride, k.c, t_in, k.weights);
+        row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+        emit_row(k, row, r, loss_acc, weight_acc);
+    }
+    __syncwarp(); /* lanes past the last row rejoin before finish_reduction's barriers */
+}
+#else
+/* Lane 0 of a team with its item's total: a finished row goes out, a
+ * segment is published and the row's last segment combines them. */
+__device__ __forceinline__ void publish_item(const kargs &k, acc &a, long long row, int seg, long long t,
+                                             double &loss_acc, double &weight_acc) {
+    if (k.split == 1) { /* one test: split rows' addressing stays off this path */
+        emit_row(k, row, finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row),
+                 loss_acc, weight_acc);
+        return;
+    }
+    if (!combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
+    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+#if XENT_REDUCTION != 0
+    double *res = split_results(k) + 2 * row;
+    res[0] = r.loss;
+    res[1] = r.weight;
+#else
+    emit_row(k, row, r, loss_acc, weight_acc);
+#endif
+}
+
+/* One work item for this team: a row, or one segment of it (split > 1). */
+__device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
+                                          double &loss_acc, double &weight_acc) {
+    /* split == 1 is uniform: its rows skip the 64-bit division and the segment bounds */
+    const bool whole = k.split == 1;
+    long long row = active ? w : 0;
+    int seg = 0;
+    if (active && !whole) {
+        row = w / k.split;
+        seg = (int)(w - row * k.split);
+    }
+    const long long t = active ? (long long)load_target(k.targets, row) : k.ignore_index;
+    const int t_in = (t >= 0 && t < k.c) ? (int)t : -1;
+    row_layout l = layout(k.logits, row, k.stride, k.c);
+    int v0 = 0, v1 = active ? l.nv : 0;
+    if (active && !whole) {
+        const int per = (l.nv + k.split - 1) / k.split;
+        v0 = min(seg * per, l.nv);
+        v1 = min(v0 + per, l.nv);
+    }
+
+    acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk, active && whole);
+    team_merge(a);
+    if (lane == 0 && active) publish_item(k, a, row, seg, t, loss_acc, weight_acc);
+    /* Lane 0 ran alone above. The next __syncthreads is an .aligned bar.sync,
+     * undefined unless the warp's lanes reach it together: without this,
+     * whole-block teams with two passes sum split rows wrongly. */
+    __syncwarp();
+}
+
+/* Whether every segment fits one chunk; uniform for all teams, so 2-pass team
+ * reductions stay in step. With XENT_C it is known when compiling. */
+__device__ __forceinline__ bool fits_one_chunk(const kargs &k) {
+#ifdef XENT_C
+    if (NV_MAX <= CHUNK) return true; /* per segment: at most NV_MAX vectors, whatever the split */
+#endif
+    return ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
+}
+
+#if !XENT_DYNAMIC
+/* Static (PERSIST 0, 1): block b takes item groups b, b + grid, ... */
+__device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    const int team = threadIdx.x / XENT_TPR;
+    const int lane = threadIdx.x % XENT_TPR;
+    const long long work = k.n * k.split;
+    const bool one_chunk = fits_one_chunk(k);
+    for (long long base = (long long)blockIdx.x * TEAMS; base < work; base += (long long)gridDim.x * TEAMS) {
+        const long long w = base + team;
+        team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
+    }
+}
+#else
+/* Dynamic (PERSIST=2, rendered as XENT_DYNAMIC so static kernels keep their
+ * registers): units (a warp of teams when TPR <= 32, else the block's team)
+ * take their first item group by position, then claim the next from a
+ * counter as they start the current one, so the atomic's latency hides
+ * behind the row and no unit is left with a last round the others lack. */
+__device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
+    const int lane = threadIdx.x % XENT_TPR;
+    const long long work = k.n * k.split;
+    const bool one_chunk = fits_one_chunk(k);
+    unsigned long long *counter = WORK_COUNTER(k.ws);
+#if XENT_TPR <= 32
+    const int per_unit = 32 / XENT_TPR;
+    const int in_unit = (threadIdx.x % 32) / XENT_TPR;
+    const long long units = (long long)gridDim.x * WARPS;
+    long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32;
+    const long long groups = (work + per_unit - 1) / per_unit;
+    while (g < groups) {
+        unsigned long long next = 0;
+        if (threadIdx.x % 32 == 0) next = atomicAdd(counter, 1ull);
+        const long long w = g * per_unit + in_unit;
+        team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
+        g = (long long)__shfl_sync(FULL_MASK, next, 0) + units;
+    }
+#else
+    __shared__ unsigned long long claimed;
+    long long g = blockIdx.x;
+    while (g < work) {
+        unsigned long long next = 0;
+        if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
+        team_item(k, g, true, lane, one_chunk, loss_acc, weight_acc);
+        /* team_item's team_merge barrier keeps thread 0 from overwriting
+         * this before every thread has read it */
+        if (threadIdx.x == 0) claimed = next;
+        __syncthreads();
+        g = (long long)claimed + gridDim.x;
+    }
+#endif
+}
+#endif
+#endif
+
+/* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
+ * registers and spilled; asking for one block per SM let others grow to 127
+ * where 96 suffice. So ask for the blocks that leave each thread its chunk
+ * plus room for addresses and sums (a little more for
+ * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
+ * and for weighted smoothing, whose class weights are loaded beside the
+ * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
+/* Rows short enough for a compiled-in class count need fewer registers than
+ * the floor, and a lower one fits more warps to keep loads in flight (fp32
+ * 1048576x10, TPR=1 VEC=2 ITEMS=8: 48 registers without spills, 40 warps per
+ * SM, where the floor of 80 left 24). Their chunk is counted in logits:
+ * counting only the items a row fills (ITEMS_LIVE) spilled at c = 100. Not
+ * TILE, whose unrolled rows hold up to 32 logits (176 bytes spilled at 48). */
+#if defined(XENT_C) && !XENT_SMOOTHING && !XENT_TILE
+#define SHORT_ROWS 1
+#else
+#define SHORT_ROWS 0
+#endif
+#if XENT_LOGIT == 0 || XENT_SMOOTHING || SHORT_ROWS
+#define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
+#else
+/* 16-bit chunks stay packed through the max (chunk_max): a bf16 chunk of 64
+ * logits fit 72 registers without spilling where it took 96 widened. Not
+ * with smoothing, whose side sums widen the chunk again (a bf16 chunk of 64
+ * with weights spilled 16 bytes at 128). */
+#define CHUNK_REGS (XENT_ITEMS * VWORDS + 40)
+#endif
+#if SHORT_ROWS
+#define REGS_FLOOR 48
+#elif XENT_LOGIT == 0 || XENT_SMOOTHING
+#define REGS_FLOOR 80
+#else
+#define REGS_FLOOR 72
+#endif
+#define REGS_CHUNK CHUNK_REGS
+#define REGS_WANTED                                                                                  \
+    ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
+     16 * XENT_DYNAMIC)
+/* Registers are split among the 4 schedulers, a warp on one: 64-thread
+ * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
+#define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
+#define MIN_BLOCKS (REG_BLOCKS > 0 ? REG_BLOCKS : 1)
+#define XENT_BOUNDS __launch_bounds__(XENT_BLOCK, MIN_BLOCKS)
+
+extern "C" __global__ void XENT_BOUNDS
+xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
+         const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
+         unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
+         long long stride, long long ignore_index, float smoothing, int split) {
+#ifdef XENT_C
+    if (c != XENT_C) __trap(); /* a kernel compiled for another class count: never compute garbage */
+    c = XENT_C;
+#endif
+    const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
+    double loss_acc = 0.0, weight_acc = 0.0;
+#if XENT_TILE
+    tile_rows(k, loss_acc, weight_acc);
+#else
+    team_rows(k, loss_acc, weight_acc);
+#endif
+#if XENT_REDUCTION != 0
+    finish_reduction(loss_acc, weight_acc, loss, ws, split > 1 ? split_results(k) : NULL, n);
+#elif XENT_DYNAMIC
+    reset_counter(ws);
+#endif
+}
