@@ -103,7 +103,7 @@ $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
 
 # Test binaries are never installed: they keep CUDA's folder as their RUNPATH.
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h tests/gpu/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(XCFLAGS) $(TEST_DEFS) $(LDFLAGS) -o $@ $< $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(CHECK_LIBS) \
 		$(LIBS) -Wl,-rpath,$(CUDA)/lib64
