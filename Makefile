@@ -41,8 +41,8 @@ TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
 
 # A template is a file, or a folder of parts joined in name order (tools/embed.sh).
-TEMPLATES := $(wildcard templates/*.cu) $(patsubst %/,%,$(wildcard templates/*/))
-$(BUILD)/templates.c: $(wildcard templates/*.cu templates/*/*.cu) tools/embed.sh
+TEMPLATES := $(wildcard templates/*.cu) $(patsubst %/,%,$(filter-out templates/shared/,$(wildcard templates/*/)))
+$(BUILD)/templates.c: $(wildcard templates/*.cu templates/*/*.cu templates/shared/*.cuh) tools/embed.sh
 	@mkdir -p $(@D)
 	sh tools/embed.sh $(TEMPLATES) > $@
 

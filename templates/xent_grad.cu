@@ -71,24 +71,7 @@
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
 #endif
-#ifndef XENT_LOGIT
-#define XENT_LOGIT 0
-#endif
-#ifndef XENT_TARGET
-#define XENT_TARGET 1
-#endif
-#ifndef XENT_REDUCTION
-#define XENT_REDUCTION 2
-#endif
-#ifndef XENT_WEIGHTS
-#define XENT_WEIGHTS 0
-#endif
-#ifndef XENT_SMOOTHING
-#define XENT_SMOOTHING 0
-#endif
-#ifndef XENT_LSE
-#define XENT_LSE 0
-#endif
+#include "shared/problem.cuh"
 #ifndef XENT_ZLOSS
 #define XENT_ZLOSS 0
 #endif
@@ -135,19 +118,7 @@
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
 #endif
 
-#if XENT_CACHE == 0
-#define LD "ld.global"
-#elif XENT_CACHE == 1
-#define LD "ld.global.nc.L1::no_allocate"
-#else
-#define LD "ld.global.cs"
-#endif
-
-#if XENT_TARGET == 0
-typedef int target_t;
-#else
-typedef long long target_t;
-#endif
+#include "shared/loads.cuh"
 
 /* The launch's arguments, one struct by value; runtime/launch.c mirrors it. */
 struct gargs {
@@ -633,17 +604,7 @@ __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, lo
     return r;
 }
 
-/* Reads of what other blocks published, from L2 (see xent_fwd.cu). */
-__device__ __forceinline__ double2 published_d2(const double2 *p) {
-    double2 v;
-    asm volatile("ld.global.cg.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ unsigned arrive(unsigned *counter) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
-    return old;
-}
+#include "shared/published.cuh"
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll

@@ -340,6 +340,19 @@ START_TEST(code_hash_ignores_comments_and_layout) {
 }
 END_TEST
 
+/* tools/embed.sh inlines the shared parts: NVRTC is given no include path. */
+START_TEST(embedded_templates_are_whole) {
+    const char *tpl[] = {xent_template_xent_fwd, xent_template_xent_grad, xent_template_read_floor};
+    for (size_t i = 0; i < sizeof tpl / sizeof tpl[0]; i++) {
+        ck_assert_msg(!strstr(tpl[i], "\n#include"), "template %zu holds an #include", i);
+        ck_assert_ptr_nonnull(strstr(tpl[i], "__global__"));
+    }
+    /* both families hold the shared defaults (shared/problem.cuh) */
+    ck_assert_ptr_nonnull(strstr(xent_template_xent_fwd, "#ifndef XENT_LSE"));
+    ck_assert_ptr_nonnull(strstr(xent_template_xent_grad, "#ifndef XENT_LSE"));
+}
+END_TEST
+
 static xent_problem small_problem(void) {
     xent_problem p;
     xent_problem_init(&p, 100, 333);
@@ -507,6 +520,7 @@ int main(void) {
     tcase_add_test(tc, nvrtc_version_known);
     tcase_add_test(tc, read_floor_compiles);
     tcase_add_test(tc, template_hash_of_family);
+    tcase_add_test(tc, embedded_templates_are_whole);
     tcase_add_loop_test(tc, code_hash_ignores_comments_and_layout, 0, (int)(sizeof code_pairs / sizeof code_pairs[0]));
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);

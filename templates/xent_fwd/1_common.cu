@@ -76,24 +76,7 @@
 #define XENT_DYNAMIC 0
 #endif
 #define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
-#ifndef XENT_LOGIT
-#define XENT_LOGIT 0
-#endif
-#ifndef XENT_TARGET
-#define XENT_TARGET 1
-#endif
-#ifndef XENT_REDUCTION
-#define XENT_REDUCTION 2
-#endif
-#ifndef XENT_WEIGHTS
-#define XENT_WEIGHTS 0
-#endif
-#ifndef XENT_SMOOTHING
-#define XENT_SMOOTHING 0
-#endif
-#ifndef XENT_LSE
-#define XENT_LSE 0
-#endif
+#include "shared/problem.cuh"
 
 #define ESIZE (XENT_LOGIT == 0 ? 4 : 2)
 #define VWORDS ((XENT_VEC * ESIZE) / 4)
@@ -134,19 +117,7 @@
 #error "POLY needs 16-bit logits and TILE == 0"
 #endif
 
-#if XENT_CACHE == 0
-#define LD "ld.global"
-#elif XENT_CACHE == 1
-#define LD "ld.global.nc.L1::no_allocate"
-#else
-#define LD "ld.global.cs"
-#endif
-
-#if XENT_TARGET == 0
-typedef int target_t;
-#else
-typedef long long target_t;
-#endif
+#include "shared/loads.cuh"
 
 /* A segment's running state; merged across lanes, teams and segments. */
 struct acc {

@@ -9,20 +9,7 @@ __device__ __forceinline__ float published_f(const float *p) {
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ double2 published_d2(const double2 *p) {
-    double2 v;
-    asm volatile("ld.global.cg.v2.f64 {%0,%1}, [%2];" : "=d"(v.x), "=d"(v.y) : "l"(p) : "memory");
-    return v;
-}
-
-/* Counts an arrival: releases what this thread stored before it and, for the
- * last to arrive, acquires what the others did (one gpu-scope atomic instead
- * of two sequentially consistent fences around a relaxed one). */
-__device__ __forceinline__ unsigned arrive(unsigned *counter) {
-    unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
-    return old;
-}
+#include "shared/published.cuh"
 
 /* Split rows: publish this segment's partial; the row's last segment combines
  * all of them in segment order (deterministic) and returns true. */
