@@ -115,7 +115,7 @@ START_TEST(no_driver_is_a_clear_status) {
         ck_assert_ptr_null(plan);
         ck_assert_int_eq(xent_device_get_info(ctx, &info), XENT_ENODEVICE);
         ck_assert_int_eq(xent_check_targets(ctx, NULL), XENT_ENODEVICE);
-        xent_args a = {(void *)16, (void *)16, NULL, (float *)16, NULL, NULL};
+        xent_args a = {.logits = (void *)16, .targets = (void *)16, .loss = (float *)16};
         ck_assert_int_eq(xent_forward(ctx, &p, &a, NULL), XENT_ENODEVICE);
         /* a bad problem is reported as such even without a device */
         p.c = 0;
@@ -147,7 +147,7 @@ static void expect_launch_refused(const xent_args *a, const char *fragment) {
 
 START_TEST(launch_checks_its_arguments) {
     float *dev = (float *)(uintptr_t)0x10000;
-    xent_args good = {dev, dev, NULL, dev, NULL, NULL}, a;
+    xent_args good = {.logits = dev, .targets = dev, .loss = dev}, a;
     make_fake(0, 0, XENT_F32);
     expect_launch_refused(NULL, "xent_args");
     a = good; a.logits = NULL; expect_launch_refused(&a, "logits, targets and loss");
