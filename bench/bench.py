@@ -285,13 +285,18 @@ def make_plot(result, path):
     plt.close(fig)
 
 
-def write_reports(result, outdir):
+def save_json_and_markdown(result, md, outdir, stem):
+    """outdir/stem.json (every number) and outdir/stem.md (the tables): the harnesses' two reports."""
     os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "bench.json"), "w") as f:
+    with open(os.path.join(outdir, stem + ".json"), "w") as f:
         json.dump(result, f, indent=1)
-    md = make_markdown(result)
-    with open(os.path.join(outdir, "bench.md"), "w") as f:
+    with open(os.path.join(outdir, stem + ".md"), "w") as f:
         f.write(md)
+
+
+def write_reports(result, outdir):
+    md = make_markdown(result)
+    save_json_and_markdown(result, md, outdir, "bench")
     try:
         make_plot(result, os.path.join(outdir, "bench.png"))
     except Exception as e:  # noqa: BLE001 - the numbers matter more than the picture

@@ -254,12 +254,9 @@ def make_markdown(result):
 
 
 def write_reports(result, outdir):
-    os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "random.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    import bench
     md = make_markdown(result)
-    with open(os.path.join(outdir, "random.md"), "w") as f:
-        f.write(md)
+    bench.save_json_and_markdown(result, md, outdir, "random")
     return md
 
 

@@ -334,12 +334,8 @@ def _dloss(grad_output, n, reduction):
 
 
 def _fused_setup(ctx, inputs, output):
-    input, target, weight, ignore_index, reduction, *_ = inputs
     loss, lse, grad = output
-    ctx.mark_non_differentiable(lse, grad)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(grad)
-    ctx.reduction = reduction
+    _keep_for_backward(ctx, grad, inputs[4], lse, grad)
 
 
 def _fused_backward(ctx, grad_loss, *_):
@@ -356,9 +352,11 @@ def _fused_backward(ctx, grad_loss, *_):
     return grad, None, None, None, None, None, None, None, None
 
 
-def _keep_for_backward(ctx, grad, lse, reduction):
+def _keep_for_backward(ctx, grad, reduction, *non_differentiable):
+    """What every fused path keeps for _fused_backward (one call: mark_non_differentiable replaces,
+    it does not add)."""
     ctx.save_for_backward(grad)
-    ctx.mark_non_differentiable(lse)
+    ctx.mark_non_differentiable(*non_differentiable)
     ctx.set_materialize_grads(False)
     ctx.reduction = reduction
 
@@ -378,7 +376,7 @@ class _FusedInplace(torch.autograd.Function):
         else:
             loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
                                                      label_smoothing, z_loss, softcap, write_lse)
-        _keep_for_backward(ctx, input.detach(), lse, reduction)
+        _keep_for_backward(ctx, input.detach(), reduction, lse)
         return loss, lse
 
     backward = staticmethod(_fused_backward)
@@ -394,7 +392,7 @@ class _FusedEager(torch.autograd.Function):
         grad = torch.empty_like(x, memory_format=torch.contiguous_format)
         loss, lse = _fused_impl(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                                 write_lse, grad)
-        _keep_for_backward(ctx, grad, lse, reduction)
+        _keep_for_backward(ctx, grad, reduction, lse)
         return loss, lse
 
     backward = staticmethod(_fused_backward)
