@@ -153,48 +153,6 @@ START_TEST(prefetch_is_optional_and_the_training_familys) {
 }
 END_TEST
 
-/* STAGES, the training family's ring of chunks in shared memory: optional
- * in cache text (as 1), refused by the forward, exclusive of PREFETCH and the
- * cache hint (its copies bypass both), and held to 46 KB of static shared
- * memory (STAGES x BLOCK x ITEMS x vector bytes). */
-static const struct {
-    const char *text;
-    xent_dtype dt;
-    const char *refusal; /* NULL: legal for the training family */
-} stages_cases[] = {
-    {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 STAGES=2", XENT_F32, NULL},               /* 32 KB */
-    {"VEC=8 TPR=256 BLOCK=256 ITEMS=2 STAGES=4", XENT_BF16, NULL},              /* 32 KB */
-    {"VEC=4 TPR=512 BLOCK=512 ITEMS=2 STAGES=3", XENT_F32, "46 KB"},            /* 48 KB */
-    {"VEC=4 TPR=512 BLOCK=512 ITEMS=8 STAGES=1", XENT_F32, NULL},               /* no ring: no limit */
-    {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 STAGES=2 PREFETCH=1", XENT_F32, "PREFETCH=0"},
-    {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 STAGES=2 CACHE=2", XENT_F32, "CACHE=0"},
-    {"VEC=2 TPR=64 BLOCK=64 ITEMS=8 STAGES=4", XENT_F16, NULL},                 /* 4-byte copies */
-};
-
-START_TEST(stages_are_the_training_familys_and_fit_shared_memory) {
-    char text[256], why[160] = "";
-    snprintf(text, sizeof text, "%s%s PASSES=1 TILE=0 SPLIT=1 PERSIST=0", stages_cases[_i].text,
-             strstr(stages_cases[_i].text, "CACHE") ? "" : " CACHE=0");
-    xent_config c;
-    ck_assert_msg(xent_config_parse(text, &c, why, sizeof why) == XENT_OK, "%s: %s", text, why);
-    int legal = xent_config_legal_for(&c, XENT_FAMILY_GRAD, stages_cases[_i].dt, why, sizeof why);
-    if (!stages_cases[_i].refusal) ck_assert_msg(legal, "%s: %s", text, why);
-    else {
-        ck_assert_msg(!legal, "%s was taken", text);
-        ck_assert_msg(strstr(why, stages_cases[_i].refusal), "%s: '%s'", text, why);
-    }
-    if (c.stages > 1) {
-        ck_assert(!xent_config_legal(&c, stages_cases[_i].dt, why, sizeof why));
-        ck_assert_ptr_nonnull(strstr(why, "xent_fwd family takes"));
-    }
-    /* left out, it reads as 1 */
-    char *at = strstr(text, " STAGES=");
-    if (at) memmove(at, at + 9, strlen(at + 9) + 1);
-    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(c.stages, 1);
-}
-END_TEST
-
 /* A retired knob: its text in older caches reads at the value every config
  * had (ASYNC=0), prints no more, and any other value is refused by name. */
 static const struct {
@@ -602,8 +560,6 @@ int main(void) {
     tcase_add_test(tc, text_round_trip);
     tcase_add_test(tc, parse_rejects_bad_text);
     tcase_add_test(tc, prefetch_is_optional_and_the_training_familys);
-    tcase_add_loop_test(tc, stages_are_the_training_familys_and_fit_shared_memory, 0,
-                        (int)(sizeof stages_cases / sizeof stages_cases[0]));
     tcase_add_loop_test(tc, retired_knob_reads_as_zero, 0, (int)(sizeof retired_cases / sizeof retired_cases[0]));
     tcase_add_test(tc, poly_is_optional_and_constrained);
     tcase_add_test(tc, persistent_grids);
