@@ -35,9 +35,6 @@ const xent_knob xent_knobs[] = {
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
-    {"STAGES", "chunks in flight through a ring in shared memory, copied asynchronously (cp.async), so that "
-     "loads need no registers and stay in flight through a row's reductions (1: none, loads go to registers)",
-     KNOB_RENDER, 4, {1, 2, 3, 4}, KNOB(stages), 1, KNOB_GRAD},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
 };
@@ -99,9 +96,6 @@ static int refuse(char *why, size_t len, const char *reason) {
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
-/* Static shared memory a block may give the ring of STAGES chunks: 48 KB
- * less what its reductions declare. */
-#define MAX_RING_BYTES (46 * 1024)
 
 /* A knob a family does not use must be at its first value. */
 static int family_knobs_only(const xent_config *cfg, int family, const char *name, char *why, size_t len) {
@@ -128,10 +122,6 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers");
     if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
         return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
-    if (cfg->stages > 1 && (cfg->prefetch || cfg->cache))
-        return refuse(why, len, "STAGES > 1 takes PREFETCH=0 CACHE=0 (its copies bypass both)");
-    if (cfg->stages > 1 && (long)cfg->stages * cfg->block * cfg->items * vbytes > MAX_RING_BYTES)
-        return refuse(why, len, "STAGES: the ring of chunks exceeds 46 KB of shared memory");
     return 1;
 }
 
@@ -388,6 +378,8 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
  * then clusters of up to 8 blocks, then 32 elements a thread; past that the
  * row is read twice by the widest cluster. */
 static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
     long threads = (p->c + 15) / 16;
     if (threads <= 32) { /* 16 elements a lane, in vectors the row stride keeps aligned */
         cfg->vec = p->c > 256 ? widest_vec(p->logits) : stride_vec(p);
@@ -572,6 +564,7 @@ static int heur_split(const xent_problem *p, int sm_count, const xent_config *cf
 static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
     const heur_cell *h = heur_find(p, sm_count);
     if (!h) return 0;
+    memset(cfg, 0, sizeof *cfg);
     cfg->vec = p->c >= 256 ? widest_vec(p->logits) : stride_vec(p);
     cfg->passes = h->passes;
     cfg->cache = h->cache;
@@ -591,9 +584,6 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 
 /* The table's cell, or the rule where the cell does not fit the problem. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
-    /* what a heuristic does not set is at its knob's first value */
-    memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
         grad_heuristic(p, cfg);
         return;

@@ -36,7 +36,6 @@ typedef struct xent_config {
     int tile;    /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
-    int stages;   /* xent_grad: chunks in flight through shared memory (1: none) */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

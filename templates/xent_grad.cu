@@ -34,9 +34,6 @@
  *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
  *               this one is reduced and written: a team's loads stay in
  *               flight through its reductions, at twice the chunk's registers
- *   XENT_STAGES 2..4: that many chunks ahead are copied into a ring in shared
- *               memory (cp.async), in flight through the reductions at no
- *               register cost; 1: none (needs PREFETCH=0 CACHE=0)
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -74,9 +71,6 @@
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
 #endif
-#ifndef XENT_STAGES
-#define XENT_STAGES 1
-#endif
 #include "shared/problem.cuh"
 #ifndef XENT_ZLOSS
 #define XENT_ZLOSS 0
@@ -110,12 +104,8 @@
  * fewer spilled), and four for each edge scalar past the first (a small team
  * holds up to 2 VEC - 2 of them, with their columns). */
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
-#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS + 4 * (EDGES - 1) + (XENT_STAGES > 1 ? 16 : 0))
-#define REG_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
-/* and no more than the ring lets share the multiprocessor's 227 KB */
-#define RING_BYTES (XENT_STAGES > 1 ? XENT_STAGES * XENT_ITEMS * XENT_BLOCK * VBYTES : 0)
-#define RING_BLOCKS (RING_BYTES ? 232448 / (RING_BYTES + 1024) : 32)
-#define MIN_BLOCKS (RING_BLOCKS < REG_BLOCKS ? (RING_BLOCKS > 0 ? RING_BLOCKS : 1) : REG_BLOCKS)
+#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS + 4 * (EDGES - 1))
+#define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
 #if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
@@ -123,9 +113,6 @@
 #endif
 #if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
 #error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
-#endif
-#if XENT_STAGES > 1 && (XENT_PREFETCH || XENT_CACHE)
-#error "STAGES > 1 takes PREFETCH=0 CACHE=0"
 #endif
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
@@ -409,142 +396,23 @@ struct chunk {
     int ej[EDGES];
 };
 
-/* A vector past the slice reads as -inf. */
-__device__ __forceinline__ void missing_vec(unsigned (&r)[VWORDS]) {
+__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges) {
 #pragma unroll
-    for (int w = 0; w < VWORDS; w++) r[w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
-}
-
-__device__ __forceinline__ void load_edges(chunk &ch, const slice &l, int lane, bool edges) {
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        int v = vb + i * XENT_TPR + lane;
+        if (v < l.v1) load_vec(l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES, ch.r[i]);
+        else {
+#pragma unroll
+            for (int w = 0; w < VWORDS; w++)
+                ch.r[i][w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
+        }
+    }
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
         ch.ej[q] = edges ? edge_index(l, q * XENT_TPR + lane) : -1;
         ch.e[q] = ch.ej[q] >= 0 ? load_scalar(l.x, ch.ej[q]) : neg_inf();
     }
 }
-
-__device__ __forceinline__ const unsigned char *vec_at(const slice &l, int v) {
-    return l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES;
-}
-
-__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges) {
-#pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        int v = vb + i * XENT_TPR + lane;
-        if (v < l.v1) load_vec(vec_at(l, v), ch.r[i]);
-        else missing_vec(ch.r[i]);
-    }
-    load_edges(ch, l, lane, edges);
-}
-
-#if XENT_STAGES > 1
-/* The ring: each thread copies its own vectors of the chunks ahead into
- * shared memory (cp.async holds no registers while the copy is in flight)
- * and reads back only what it copied, so no barrier is needed. The chunks
- * come in the order do_row takes them: a row's chunks for the sums, the
- * same again for the gradient when one chunk does not hold the row, then
- * the team's next row (the backward: the gradient's chunks only). Edges are
- * loaded as they are taken (their sectors are in L2 by then). */
-struct cursor {
-    slice l;      /* the row being copied */
-    long long g;  /* its row group; at or past groups the stream is done */
-    int k;        /* chunk of the row's stream */
-    int count;    /* chunks of the row's stream */
-    int nc;       /* chunks of one pass over the row */
-};
-struct feed {
-    cursor ahead; /* the next chunk to copy */
-    int slot;     /* the ring slot of the next chunk to take */
-    int team;
-    long long step, groups;
-};
-
-__device__ __forceinline__ unsigned char *ring_at(int slot, int i) {
-    __shared__ __align__(16) unsigned char ring[XENT_STAGES][XENT_ITEMS][XENT_BLOCK * VBYTES];
-    return &ring[slot][i][threadIdx.x * VBYTES];
-}
-
-__device__ __forceinline__ void copy_async(unsigned char *dst, const unsigned char *src) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-#if VBYTES == 16
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(VBYTES) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void cursor_row(cursor &c, const gargs &k, const feed &f) {
-    if (c.g >= f.groups) return;
-    const int cv = XENT_TPR * XENT_ITEMS;
-    c.l = make_slice(k, min(c.g * TEAMS + f.team, k.n - 1));
-    c.nc = c.l.v1 > c.l.v0 ? (c.l.v1 - c.l.v0 + cv - 1) / cv : 1;
-    c.count = ROW_PASS && GRAD && c.nc > 1 ? 2 * c.nc : c.nc;
-    c.k = 0;
-}
-
-/* Copies the stream's next chunk into slot (an empty group past the end,
- * so that every take waits on the same group count). */
-__device__ __forceinline__ void copy_next(feed &f, const gargs &k, int lane, int slot) {
-    cursor &c = f.ahead;
-    if (c.g < f.groups) {
-        const int vb = c.l.v0 + (c.k % c.nc) * XENT_TPR * XENT_ITEMS;
-#pragma unroll
-        for (int i = 0; i < XENT_ITEMS; i++) {
-            int v = vb + i * XENT_TPR + lane;
-            if (v < c.l.v1) copy_async(ring_at(slot, i), vec_at(c.l, v));
-        }
-        if (++c.k == c.count) {
-            c.g += f.step;
-            cursor_row(c, k, f);
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-__device__ __forceinline__ void feed_start(feed &f, const gargs &k, int team, int lane, long long first,
-                                           long long step, long long groups) {
-    f.team = team;
-    f.step = step;
-    f.groups = groups;
-    f.slot = 0;
-    f.ahead.g = first;
-    cursor_row(f.ahead, k, f);
-#pragma unroll
-    for (int s = 0; s < XENT_STAGES; s++) copy_next(f, k, lane, s);
-}
-
-/* The stream's next chunk, which must be (l, vb); its slot is refilled at once. */
-__device__ __forceinline__ void take_chunk(feed &f, chunk &ch, const slice &l, int vb, int lane, bool edges,
-                                           const gargs &k) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(XENT_STAGES - 1) : "memory");
-#pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        int v = vb + i * XENT_TPR + lane;
-        if (v >= l.v1) missing_vec(ch.r[i]);
-        else {
-            const unsigned char *p = ring_at(f.slot, i);
-#if VWORDS == 4
-            uint4 q = *(const uint4 *)p;
-            ch.r[i][0] = q.x, ch.r[i][1] = q.y, ch.r[i][2] = q.z, ch.r[i][3] = q.w;
-#elif VWORDS == 2
-            uint2 q = *(const uint2 *)p;
-            ch.r[i][0] = q.x, ch.r[i][1] = q.y;
-#else
-            ch.r[i][0] = *(const unsigned *)p;
-#endif
-        }
-    }
-    load_edges(ch, l, lane, edges);
-    copy_next(f, k, lane, f.slot);
-    f.slot = f.slot + 1 == XENT_STAGES ? 0 : f.slot + 1;
-}
-#else
-struct feed {};
-__device__ __forceinline__ void take_chunk(feed &, chunk &ch, const slice &l, int vb, int lane, bool edges,
-                                           const gargs &) {
-    load_chunk(ch, l, vb, lane, edges);
-}
-#endif
 
 /* Element j of item i as the softmax sees it; slots past the slice are -inf
  * (soft-capping would make their -inf fill a finite -cap). */
@@ -858,7 +726,7 @@ __device__ __forceinline__ double2 row_out(const gargs &k, long long row, long l
  * after the one in use is always in flight: the row's next chunk, pass 2's
  * first (the row again, from L2), or the next row's first. */
 __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity,
-                                          chunk &cur, long long next, feed &f) {
+                                          chunk &cur, long long next) {
     const slice l = make_slice(k, row);
     const bool edges = cluster_rank() == 0;
     const long long t = (long long)k.targets[row];
@@ -888,7 +756,7 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
         if (!more) break;
         cur = nx;
 #else
-        take_chunk(f, cur, l, vb, lane, edges && vb == l.v0, k);
+        load_chunk(cur, l, vb, lane, edges && vb == l.v0);
         chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
 #endif
@@ -922,7 +790,7 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
             store_chunk_grad(cur, l, vb, lane, r, k, active);
             cur = nx;
 #else
-            take_chunk(f, cur, l, vb, lane, edges && vb == l.v0, k);
+            load_chunk(cur, l, vb, lane, edges && vb == l.v0);
             store_chunk_grad(cur, l, vb, lane, r, k, active);
 #endif
             if (!more) break;
@@ -947,10 +815,6 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
     double l = 0.0, w = 0.0;
     int parity = 0;
     chunk cur;
-    feed f;
-#if XENT_STAGES > 1
-    feed_start(f, k, team, lane, first, step, groups);
-#endif
 #if XENT_PREFETCH
     if (first < groups) {
         const slice l0 = make_slice(k, min(first * TEAMS + team, k.n - 1));
@@ -961,7 +825,7 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
         long long row = g * TEAMS + team;
         bool active = row < k.n;
         long long next = g + step < groups ? min((g + step) * TEAMS + team, k.n - 1) : -1;
-        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity, cur, next, f);
+        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity, cur, next);
         l += o.x;
         w += o.y;
     }

@@ -94,25 +94,6 @@ static const gcase cases[] = {
     {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0,
      "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
 #undef PF
-    /* STAGES: a ring of chunks in shared memory, carried across rows and
-     * passes (in place, re-read rows, warp teams with edges, clusters, 4-
-     * and 8-byte copies, the backward and the forward) */
-#define ST " PASSES=1 CACHE=0 TILE=0 PERSIST=0 PREFETCH=0"
-    {"ring held in place", 3000, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0,
-     "VEC=4 TPR=512 BLOCK=512 ITEMS=2 SPLIT=1 STAGES=2" ST},
-    {"ring re-read bf16 in place", 3000, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 1, 0,
-     0, 0, "VEC=8 TPR=256 BLOCK=256 ITEMS=2 SPLIT=1 STAGES=4" ST},
-    {"ring warp teams strided", 60000, 100, 3, XENT_F16, XENT_I32, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 0, 0, 0, 0,
-     "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1 STAGES=4" ST},
-    {"ring cluster 4", 2000, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
-     "VEC=4 TPR=256 BLOCK=256 ITEMS=2 SPLIT=4 STAGES=3" ST},
-    {"ring 4-byte copies unaligned", 500, 3001, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 1,
-     "VEC=2 TPR=64 BLOCK=64 ITEMS=8 SPLIT=1 STAGES=3" ST},
-    {"ring backward 8-byte copies", 2500, 5001, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0,
-     1.5f, 0, "VEC=2 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1 STAGES=2" ST},
-    {"ring forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0,
-     "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1 STAGES=4" ST},
-#undef ST
     {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0, NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0, NULL},
     {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f, 0, NULL},
