@@ -6,6 +6,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* XENT_TEST_EVERY=k: the tests that honour it run every k-th of their cases
  * (a subset that fits a slow tool such as compute-sanitizer); the selection
@@ -18,6 +19,16 @@ static inline int test_every(void) {
         if (every > 1) printf("XENT_TEST_EVERY=%d: every %d-th case only\n", every, every);
     }
     return every;
+}
+
+/* XENT_TEST_ONLY=text: the tests that honour it run only the cases whose
+ * name holds text (printed when set). */
+static inline int test_selected(const char *name) {
+    static int told;
+    const char *only = getenv("XENT_TEST_ONLY");
+    if (!only || !*only) return 1;
+    if (!told++) printf("XENT_TEST_ONLY=%s: only the cases so named\n", only);
+    return strstr(name, only) != NULL;
 }
 
 static inline int run_suite(Suite *s) {
