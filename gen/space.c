@@ -37,8 +37,6 @@ const xent_knob xent_knobs[] = {
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
-    {"KEEP", "1: (16-bit logits, 16-byte vectors) a row one chunk holds keeps its sums' exponentials in shared "
-     "memory for the gradient: one exponential an element, not two", KNOB_RENDER, 2, {0, 1}, KNOB(keep), 1, KNOB_GRAD},
 };
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
@@ -98,8 +96,6 @@ static int refuse(char *why, size_t len, const char *reason) {
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
-/* Shared memory KEEP's exponentials may take (fp32, ITEMS x VEC a thread). */
-#define MAX_KEEP_BYTES (32 * 1024)
 
 /* A knob a family does not use must be at its first value. */
 static int family_knobs_only(const xent_config *cfg, int family, const char *name, char *why, size_t len) {
@@ -126,10 +122,6 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers");
     if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
         return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
-    if (cfg->keep && (d == XENT_F32 || vbytes != 16))
-        return refuse(why, len, "KEEP takes 16-bit logits in 16-byte vectors");
-    if (cfg->keep && (long)cfg->items * cfg->vec * cfg->block * 4 > MAX_KEEP_BYTES)
-        return refuse(why, len, "KEEP: the exponentials of a block's chunks exceed 32 KB of shared memory");
     return 1;
 }
 
@@ -230,8 +222,6 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     long most = 512L * GRAD_CHUNK_LIMIT * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
-    /* kept exponentials serve a fused gradient of a row one chunk holds */
-    if (c->keep && (p->op != XENT_OP_FUSED || cap < p->c)) return 0;
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
         return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
     /* long rows: also one block a row, read twice (the second read from L2) */

@@ -36,7 +36,6 @@ typedef struct xent_config {
     int tile;    /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
-    int keep;     /* xent_grad: 1 keeps a held row's exponentials for its gradient (16-bit logits) */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

@@ -34,10 +34,6 @@
  *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
  *               this one is reduced and written: a team's loads stay in
  *               flight through its reductions, at twice the chunk's registers
- *   XENT_KEEP   1: (16-bit logits, 16-byte vectors) a row one chunk holds
- *               keeps its sums' exponentials in shared memory for the
- *               gradient: one exponential an element, not two (the MUFU
- *               pipe, 16 a clock, is what 16-bit fused rows run out of)
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -75,9 +71,6 @@
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
 #endif
-#ifndef XENT_KEEP
-#define XENT_KEEP 0
-#endif
 #include "shared/problem.cuh"
 #ifndef XENT_ZLOSS
 #define XENT_ZLOSS 0
@@ -114,16 +107,12 @@
 #define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS + 4 * (EDGES - 1))
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
-#define KEEPING (XENT_KEEP && ROW_PASS && GRAD)
 
 #if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
 #error "XENT_VEC * element size must be 4, 8 or 16 bytes"
 #endif
 #if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
 #error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
-#endif
-#if XENT_KEEP && (XENT_LOGIT == 0 || VBYTES != 16)
-#error "KEEP takes 16-bit logits in 16-byte vectors"
 #endif
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
@@ -446,17 +435,8 @@ __device__ __forceinline__ float edge_y(const chunk &ch, int q, float cap) {
 __device__ __forceinline__ int vec_class(const slice &l, int v, int j) { return l.head + v * XENT_VEC + j; }
 
 #if ROW_PASS
-#if KEEPING
-/* A thread's kept exponentials: item i's two halves, each a float4 per thread. */
-__device__ __forceinline__ float4 &kept(int i, int half) {
-    __shared__ float4 keep[XENT_ITEMS * 2][XENT_BLOCK];
-    return keep[i * 2 + half][threadIdx.x];
-}
-#endif
-
-/* keep: the exponentials stay in shared memory (KEEP, a row one chunk holds). */
 __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice &l, int vb, int lane,
-                                           const gargs &k, bool keep) {
+                                           const gargs &k) {
     float cm = neg_inf();
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
@@ -473,19 +453,10 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
-#if KEEPING
-        float e[XENT_VEC];
-#endif
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) {
             float y = y_of(ch, i, j, v < l.v1, k.softcap);
-#if KEEPING
-            e[j] = exp_shifted(y, m);
-            a.s += e[j];
-            if (keep && j % 4 == 3) kept(i, j / 4) = make_float4(e[j - 3], e[j - 2], e[j - 1], e[j]);
-#else
             a.s += exp_shifted(y, m);
-#endif
 #if XENT_SMOOTHING || XENT_SHARD
             if (v < l.v1) {
                 float w = class_weight(k.weights, vec_class(l, v, j));
@@ -533,8 +504,9 @@ __device__ __forceinline__ float softmax_p(float y, const rowg &r) {
 #endif
 }
 
-/* The gradient of element y (after soft-capping) from its softmax p. */
-__device__ __forceinline__ float grad_of_p(float p, float y, int col, const rowg &r, const gargs &k) {
+__device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
+    float y = capped(x, k.softcap);
+    float p = softmax_p(y, r);
 #if XENT_SMOOTHING
     float g = fmaf(r.fa, p, -r.fe * class_weight(k.weights, col));
 #else
@@ -545,11 +517,6 @@ __device__ __forceinline__ float grad_of_p(float p, float y, int col, const rowg
     g *= 1.0f - u * u;
 #endif
     return g;
-}
-
-__device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
-    float y = capped(x, k.softcap);
-    return grad_of_p(softmax_p(y, r), y, col, r, k);
 }
 
 /* The target's element: the one-hot term too. */
@@ -578,20 +545,8 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return w;
 }
 
-#if KEEPING
-/* Element j of item i from its kept exponential e (relative to this
- * thread's own max) times ks = exp(max - lse), or from its own. */
-__device__ __forceinline__ float item_grad(const chunk &ch, int i, int j, int col, const rowg &r, const gargs &k,
-                                           float e, float ks, bool keep) {
-    if (keep) return grad_of_p(e * ks, capped(elem(ch.r[i], j), k.softcap), col, r, k);
-    return grad_of(elem(ch.r[i], j), col, r, k);
-}
-#endif
-
-/* keep: the exponentials are in shared memory (KEEP), relative to this
- * thread's max m, and ks = exp(m - lse). */
 __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
-                                                 const gargs &k, bool active, bool keep = false, float ks = 0.0f) {
+                                                 const gargs &k, bool active) {
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
@@ -600,16 +555,6 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
 #if XENT_LOGIT == 0
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k));
-#elif KEEPING
-#pragma unroll
-        for (int h = 0; h < 2; h++) { /* a half at a time: four kept values live, not eight */
-            const float4 q = keep ? kept(i, h) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            const int j = 4 * h;
-            o[2 * h] = pack2(item_grad(ch, i, j, vec_class(l, v, j), r, k, q.x, ks, keep),
-                             item_grad(ch, i, j + 1, vec_class(l, v, j + 1), r, k, q.y, ks, keep));
-            o[2 * h + 1] = pack2(item_grad(ch, i, j + 2, vec_class(l, v, j + 2), r, k, q.z, ks, keep),
-                                 item_grad(ch, i, j + 3, vec_class(l, v, j + 3), r, k, q.w, ks, keep));
-        }
 #else
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j += 2)
@@ -807,18 +752,15 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
         if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false);
         else if (GRAD && !held) load_chunk(nx, l, l.v0, lane, edges);
         else if (next >= 0) load_chunk(nx, make_slice(k, next), make_slice(k, next).v0, lane, edges);
-        chunk_sums(a, cur, l, vb, lane, k, KEEPING && held);
+        chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
         cur = nx;
 #else
         load_chunk(cur, l, vb, lane, edges && vb == l.v0);
-        chunk_sums(a, cur, l, vb, lane, k, KEEPING && held);
+        chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
 #endif
     }
-#if KEEPING
-    const float m_own = safe_max(a.m); /* what the kept exponentials are relative to */
-#endif
     team_merge(a);
 #if XENT_SPLIT > 1
     cluster_merge(a, parity);
@@ -832,11 +774,7 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if GRAD
     const rowg r = row_grad_terms(k, row, t, lse, bad, xt);
     if (ROW_PASS && held) {
-#if KEEPING
-        store_chunk_grad(cur, l, l.v0, lane, r, k, active, true, fast_exp2((m_own - lse) * LOG2E));
-#else
         store_chunk_grad(cur, l, l.v0, lane, r, k, active);
-#endif
 #if XENT_PREFETCH
         cur = nx;
 #endif

@@ -378,7 +378,7 @@ static int cmp_trial(const void *a, const void *b) {
  * exponentials) are its variants, timed only for the fastest structures. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
-           a->split == b->split && a->prefetch == b->prefetch && a->keep == b->keep;
+           a->split == b->split && a->prefetch == b->prefetch;
 }
 
 static int is_stage1(const xent_config *c, xent_family f) {

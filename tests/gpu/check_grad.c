@@ -93,16 +93,6 @@ static const gcase cases[] = {
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" PF},
     {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0,
      "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
-    /* KEEP: a held 16-bit row's exponentials kept for its gradient (options,
-     * edges, in place, clusters with PREFETCH, and a row too long to hold) */
-    {"keep bf16 weights smooth softcap", 300, 4000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 30.0f,
-     FUSED, 0, 0, 0, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 KEEP=1"},
-    {"keep f16 in place strided unaligned", 500, 2049, 3, XENT_F16, XENT_I32, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 1, 0,
-     0, 1, "VEC=8 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 KEEP=1"},
-    {"keep cluster prefetch z-loss", 2000, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 1e-3f, 0, FUSED, 0, 0, 0, 0,
-     "VEC=8 TPR=256 BLOCK=256 ITEMS=1 SPLIT=2" PF " KEEP=1"},
-    {"keep rows too long to hold", 64, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, FUSED, 0, 0,
-     0.5f, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 KEEP=1"},
 #undef PF
     {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0, NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0, NULL},
