@@ -37,7 +37,7 @@ CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
 TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
 
-.PHONY: all test test-slow test-gpu install clean FORCE $(CPU_RUNS) $(SLOW_RUNS)
+.PHONY: all test test-slow test-gpu install clean format FORCE $(CPU_RUNS) $(SLOW_RUNS)
 all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
 
 # A template is a file, or a folder of parts joined in name order (tools/embed.sh).
@@ -193,6 +193,10 @@ install: all
 	install -m 644 $(BUILD)/xent.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 755 $(BUILD)/xent-tune $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 tunecache/*.sql $(DESTDIR)$(PREFIX)/share/xent/
+
+# The C sources in .clang-format's style (templates/ excepted: see .clang-format).
+format:
+	git ls-files '*.c' '*.h' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -39,11 +39,11 @@ int xent_template_hash(const char *family, char *buf, size_t len);
 typedef struct xent_cubin {
     void *data;
     size_t size;
-    int registers;     /* per thread */
-    int spill_bytes;   /* spill stores + spill loads */
-    int stack_bytes;   /* stack frame */
-    int smem_bytes;    /* static shared memory */
-    int from_cache;    /* 1 memory, 2 disk, 0 compiled now */
+    int registers;   /* per thread */
+    int spill_bytes; /* spill stores + spill loads */
+    int stack_bytes; /* stack frame */
+    int smem_bytes;  /* static shared memory */
+    int from_cache;  /* 1 memory, 2 disk, 0 compiled now */
 } xent_cubin;
 
 /* The #define block for cfg and problem p (no template), malloc'd. */
@@ -62,8 +62,7 @@ void xent_parse_ptxas(const char *log, xent_cubin *out);
 /* Compile cfg for p on arch through the caches (memory, then disk, then
  * NVRTC; new kernels are written to disk by temporary file and rename).
  * out->data is malloc'd and owned by the caller. */
-int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xent_cubin *out,
-                    char *err, size_t errlen);
+int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xent_cubin *out, char *err, size_t errlen);
 void xent_cubin_free(xent_cubin *c);
 /* The disk cache directory ($XENT_KERNEL_CACHE, "off" disables; else
  * kernels/ in xent_cache_home). 0 if none. */

@@ -89,9 +89,12 @@ int xent_kernel_cache_dir(char *buf, size_t len) {
     char home[4096];
     int w;
     if (env && !strcmp(env, "off")) return 0;
-    if (env && *env) w = snprintf(buf, len, "%s", env);
-    else if (xent_cache_home(home, sizeof home, NULL) == XENT_OK) w = snprintf(buf, len, "%s/kernels", home);
-    else return 0;
+    if (env && *env)
+        w = snprintf(buf, len, "%s", env);
+    else if (xent_cache_home(home, sizeof home, NULL) == XENT_OK)
+        w = snprintf(buf, len, "%s/kernels", home);
+    else
+        return 0;
     return w > 0 && (size_t)w < len;
 }
 
@@ -177,8 +180,8 @@ static void disk_store(const char *dir, const char *key, const xent_cubin *bin) 
     if (fclose(f) || !ok || rename(tmp, path)) unlink(tmp);
 }
 
-int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xent_cubin *out,
-                    char *err, size_t errlen) {
+int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xent_cubin *out, char *err,
+                    size_t errlen) {
     memset(out, 0, sizeof *out);
     char *key = make_key(cfg, p, arch);
     if (!key) return XENT_ENOMEM;

@@ -71,8 +71,7 @@ int xent_nvrtc_compile(const char *source, int arch, xent_cubin *out, char *err,
     int rc = XENT_OK;
     if (r != NVRTC_SUCCESS) {
         rc = fail(err, errlen, "compile", r, log);
-    } else if ((r = nvrtcGetCUBINSize(prog, &out->size)) != NVRTC_SUCCESS ||
-               !(out->data = malloc(out->size)) ||
+    } else if ((r = nvrtcGetCUBINSize(prog, &out->size)) != NVRTC_SUCCESS || !(out->data = malloc(out->size)) ||
                (r = nvrtcGetCUBIN(prog, out->data)) != NVRTC_SUCCESS) {
         rc = out->data ? fail(err, errlen, "get CUBIN", r, log) : XENT_ENOMEM;
         free(out->data);

@@ -66,8 +66,10 @@ uint64_t xent_code_hash(const char *src) {
         if (space && started) h = fnv_byte(h, ' ');
         space = 0;
         started = 1;
-        if (quote && *s == '\\' && s[1]) h = fnv_byte(h, (unsigned char)*s++);
-        else if (*s == '"' || *s == '\'') quote = quote == *s ? 0 : quote ? quote : *s;
+        if (quote && *s == '\\' && s[1])
+            h = fnv_byte(h, (unsigned char)*s++);
+        else if (*s == '"' || *s == '\'')
+            quote = quote == *s ? 0 : quote ? quote : *s;
         h = fnv_byte(h, (unsigned char)*s++);
     }
     return h;
@@ -115,10 +117,10 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
     /* PERSIST=2 is launched like 1 but compiled with its own row loop */
     if (!grad) fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);
-    fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n",
-            (int)p->logits, (int)p->targets, (int)p->reduction);
-    fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n",
-            p->has_weights ? 1 : 0, p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
+    fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n", (int)p->logits,
+            (int)p->targets, (int)p->reduction);
+    fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n", p->has_weights ? 1 : 0,
+            p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
     if (p->c <= FIXED_C_MAX && !grad) fprintf(f, "#define XENT_C %d\n", (int)p->c);
     if (fclose(f)) {
         free(buf);

@@ -9,6 +9,8 @@
 
 #define KNOB(field) offsetof(xent_config, field)
 
+/* One knob a few lines, not a field a line: */
+/* clang-format off */
 const xent_knob xent_knobs[] = {
     {"VEC", "elements per vector load (VEC * element size in 4, 8, 16 bytes)", KNOB_RENDER,
      4, {1, 2, 4, 8}, KNOB(vec), 0, KNOB_FWD | KNOB_GRAD},
@@ -38,6 +40,7 @@ const xent_knob xent_knobs[] = {
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
 };
+/* clang-format on */
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
 #define REGS_PER_SM 65536
@@ -51,19 +54,15 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 #define MIN_WARP_TEAM_BLOCK 128
 #define MAX_WARP_TEAM_BLOCK 512
 
-int xent_knob_get(const xent_config *cfg, const xent_knob *k) {
-    return *(const int *)((const char *)cfg + k->offset);
-}
+int xent_knob_get(const xent_config *cfg, const xent_knob *k) { return *(const int *)((const char *)cfg + k->offset); }
 
-void xent_knob_set(xent_config *cfg, const xent_knob *k, int v) {
-    *(int *)((char *)cfg + k->offset) = v;
-}
+void xent_knob_set(xent_config *cfg, const xent_knob *k, int v) { *(int *)((char *)cfg + k->offset) = v; }
 
 int xent_dtype_size(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
 
 xent_family xent_problem_family(const xent_problem *p) {
-    return p->op != XENT_OP_FORWARD || p->z_loss > 0.0f || p->softcap > 0.0f || p->vocab != 0
-               ? XENT_FAMILY_GRAD : XENT_FAMILY_FWD;
+    return p->op != XENT_OP_FORWARD || p->z_loss > 0.0f || p->softcap > 0.0f || p->vocab != 0 ? XENT_FAMILY_GRAD
+                                                                                              : XENT_FAMILY_FWD;
 }
 
 const char *xent_problem_family_name(const xent_problem *p) {
@@ -101,8 +100,8 @@ static int refuse(char *why, size_t len, const char *reason) {
 static int family_knobs_only(const xent_config *cfg, int family, const char *name, char *why, size_t len) {
     for (int i = 0; i < xent_nknobs; i++)
         if (!(xent_knobs[i].families & family) && xent_knob_get(cfg, &xent_knobs[i]) != xent_knobs[i].values[0]) {
-            if (why && len) snprintf(why, len, "the %s family takes %s=%d", name, xent_knobs[i].name,
-                                     xent_knobs[i].values[0]);
+            if (why && len)
+                snprintf(why, len, "the %s family takes %s=%d", name, xent_knobs[i].name, xent_knobs[i].values[0]);
             return 0;
         }
     return 1;
@@ -183,8 +182,7 @@ static int split_relevant(const xent_problem *p, int sm_count, const xent_config
     if (c->split == 1) return 1;
     long nv = (p->c + c->vec - 1) / c->vec;
     long seg = (nv + c->split - 1) / c->split;
-    return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L &&
-           c->tpr >= 32;
+    return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L && c->tpr >= 32;
 }
 
 /* Prune what cannot win for this problem: idle lanes, needless registers,
@@ -198,7 +196,8 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     long nv = (p->c + c->vec - 1) / c->vec;
     long seg = (nv + c->split - 1) / c->split;
     if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
-    if (seg > (long)c->tpr * 256 && c->tpr < 512) return 0; /* too many vectors per thread, unless no wider team exists */
+    if (seg > (long)c->tpr * 256 && c->tpr < 512)
+        return 0; /* too many vectors per thread, unless no wider team exists */
     long fit = pow2_ceil((seg + c->tpr - 1) / c->tpr);
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
@@ -230,8 +229,8 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     return c->tpr == 512 && c->split == MAX_GRAD_SPLIT;
 }
 
-static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xent_problem *rel,
-                             int sm_count, xent_config *out, size_t cap, size_t count) {
+static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xent_problem *rel, int sm_count,
+                             xent_config *out, size_t cap, size_t count) {
     const xent_family fam = rel ? xent_problem_family(rel) : XENT_FAMILY_FWD;
     if (knob == xent_nknobs) {
         if (!xent_config_legal_for(cur, fam, d, NULL, 0)) return count;
@@ -256,8 +255,7 @@ long long xent_persistent_grid(long long groups, long long resident, int persist
     return (groups + rounds - 1) / rounds;
 }
 
-size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant_to, int sm_count,
-                            xent_config *out, size_t cap) {
+size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant_to, int sm_count, xent_config *out, size_t cap) {
     xent_config cur;
     memset(&cur, 0, sizeof cur);
     return enumerate_from(0, &cur, d, relevant_to, sm_count, out, cap, 0);
@@ -267,8 +265,8 @@ int xent_config_format(const xent_config *cfg, char *buf, size_t len) {
     size_t used = 0;
     if (len) buf[0] = 0;
     for (int i = 0; i < xent_nknobs; i++) {
-        int w = snprintf(buf + used, len > used ? len - used : 0, "%s%s=%d", i ? " " : "",
-                         xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
+        int w = snprintf(buf + used, len > used ? len - used : 0, "%s%s=%d", i ? " " : "", xent_knobs[i].name,
+                         xent_knob_get(cfg, &xent_knobs[i]));
         if (w < 0 || used + (size_t)w >= len) return XENT_EINVAL;
         used += (size_t)w;
     }
@@ -277,8 +275,7 @@ int xent_config_format(const xent_config *cfg, char *buf, size_t len) {
 
 static const xent_knob *knob_named(const char *name, size_t n) {
     for (int i = 0; i < xent_nknobs; i++)
-        if (strlen(xent_knobs[i].name) == n && !strncmp(xent_knobs[i].name, name, n))
-            return &xent_knobs[i];
+        if (strlen(xent_knobs[i].name) == n && !strncmp(xent_knobs[i].name, name, n)) return &xent_knobs[i];
     return NULL;
 }
 
@@ -327,7 +324,8 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
         /* range first: cast to int, 4294967297 would read as 1, a legal VEC */
         int separated = !*end || *end == ' ' || *end == '\t' || *end == ',';
         if (end == eq + 1 || errno || v < INT_MIN || v > INT_MAX || !separated || !in_list(k, (int)v)) {
-            if (why && len) snprintf(why, len, "%s: illegal value '%.*s'", k->name, (int)strcspn(eq + 1, " \t,"), eq + 1);
+            if (why && len)
+                snprintf(why, len, "%s: illegal value '%.*s'", k->name, (int)strcspn(eq + 1, " \t,"), eq + 1);
             return XENT_EINVAL;
         }
         unsigned bit = 1u << (k - xent_knobs);
@@ -358,7 +356,8 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
 }
 
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD) return xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len);
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD)
+        return xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len);
     if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     /* the stride test first: it keeps xent_config_smem from overflowing */
@@ -448,14 +447,16 @@ static void rule_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 enum heur_rows { HEUR_FEW, HEUR_MID, HEUR_MANY };
 
 typedef struct heur_cell {
-    int esize;       /* bytes of a logit */
-    long c_max;      /* the band's longest row (0: no bound); cells ascend within a size and row band */
-    int rows;        /* enum heur_rows */
+    int esize;  /* bytes of a logit */
+    long c_max; /* the band's longest row (0: no bound); cells ascend within a size and row band */
+    int rows;   /* enum heur_rows */
     int tpr, block;
-    int chunk;       /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
+    int chunk; /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
     int passes, cache, tile, persist, poly;
 } heur_cell;
 
+/* Generated text, compared with the generator's output: */
+/* clang-format off */
 /* heuristic-table: generated by tools/heuristic-table.py from tunecache/h200.sql; do not edit by hand */
 #define HEUR_SPLIT_MIN_BYTES 25128
 #define HEUR_SPLIT_TEAMS_PER_SM 2
@@ -518,6 +519,7 @@ static const heur_cell heur_cells[] = {
     {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
 };
 /* heuristic-table: end */
+/* clang-format on */
 
 static enum heur_rows heur_rows_of(int64_t n, int sm_count) {
     if (n < sm_count) return HEUR_FEW;

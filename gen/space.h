@@ -25,15 +25,15 @@ xent_family xent_problem_family(const xent_problem *p);
 const char *xent_problem_family_name(const xent_problem *p);
 
 typedef struct xent_config {
-    int vec;     /* elements per vector load */
-    int tpr;     /* threads per row team */
-    int block;   /* threads per block */
-    int items;   /* vector loads per thread per chunk */
-    int passes;  /* 1 online, 2 max then sum */
-    int cache;   /* load cache hint */
-    int split;   /* teams per row (launch) */
-    int persist; /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
-    int tile;    /* 1: rows staged in shared memory, a thread per row */
+    int vec;      /* elements per vector load */
+    int tpr;      /* threads per row team */
+    int block;    /* threads per block */
+    int items;    /* vector loads per thread per chunk */
+    int passes;   /* 1 online, 2 max then sum */
+    int cache;    /* load cache hint */
+    int split;    /* teams per row (launch) */
+    int persist;  /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
+    int tile;     /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
 } xent_config;
@@ -42,16 +42,16 @@ enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
 enum knob_family { KNOB_FWD = 1, KNOB_GRAD = 2 };
 
 typedef struct xent_knob {
-    const char *name;    /* XENT_<name> in the template, <name>= in config text */
+    const char *name; /* XENT_<name> in the template, <name>= in config text */
     const char *meaning;
     enum knob_stage stage;
     int nvalues;
     int values[12];
-    size_t offset;       /* of the int field in xent_config */
-    int optional;        /* may be left out of config text, meaning its first value: knobs added
-                            after tune caches shipped, so their entries still parse */
-    int families;        /* KNOB_FWD, KNOB_GRAD: the families that use it (xent_grad renders SPLIT
-                            too); a family not named takes the knob's first value */
+    size_t offset; /* of the int field in xent_config */
+    int optional;  /* may be left out of config text, meaning its first value: knobs added
+                      after tune caches shipped, so their entries still parse */
+    int families;  /* KNOB_FWD, KNOB_GRAD: the families that use it (xent_grad renders SPLIT
+                      too); a family not named takes the knob's first value */
 } xent_knob;
 
 /* The table: every knob, its legal values, and its field. */
@@ -76,8 +76,7 @@ int xent_config_legal_for(const xent_config *cfg, xent_family f, xent_dtype d, c
  * (relevant == NULL) or the candidates worth timing for one problem (of
  * its family). Returns the count; writes
  * at most cap configs to out (out may be NULL to count). */
-size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant, int sm_count,
-                            xent_config *out, size_t cap);
+size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant, int sm_count, xent_config *out, size_t cap);
 
 /* "VEC=4 TPR=32 BLOCK=128 ITEMS=32 PASSES=2 CACHE=0 SPLIT=1 PERSIST=1" */
 int xent_config_format(const xent_config *cfg, char *buf, size_t len);

@@ -39,17 +39,17 @@ extern "C" {
 
 /** Status codes returned by every function. */
 enum xent_status {
-    XENT_OK = 0,            /**< success */
-    XENT_EINVAL = 1,        /**< an argument is invalid (the message says which) */
-    XENT_ENODRIVER = 2,     /**< libcuda.so.1 could not be loaded */
-    XENT_ENODEVICE = 3,     /**< no CUDA device, or the ordinal is out of range */
-    XENT_ECUDA = 4,         /**< a CUDA driver call failed (the message names it) */
-    XENT_ECOMPILE = 5,      /**< NVRTC could not compile a kernel (log in the message) */
-    XENT_ENOMEM = 6,        /**< host or device memory allocation failed */
-    XENT_ECACHE = 7,        /**< the tune cache could not be read or written */
-    XENT_EBADTARGET = 8,    /**< a kernel saw a target outside [0, c) that is not ignore_index */
+    XENT_OK = 0,         /**< success */
+    XENT_EINVAL = 1,     /**< an argument is invalid (the message says which) */
+    XENT_ENODRIVER = 2,  /**< libcuda.so.1 could not be loaded */
+    XENT_ENODEVICE = 3,  /**< no CUDA device, or the ordinal is out of range */
+    XENT_ECUDA = 4,      /**< a CUDA driver call failed (the message names it) */
+    XENT_ECOMPILE = 5,   /**< NVRTC could not compile a kernel (log in the message) */
+    XENT_ENOMEM = 6,     /**< host or device memory allocation failed */
+    XENT_ECACHE = 7,     /**< the tune cache could not be read or written */
+    XENT_EBADTARGET = 8, /**< a kernel saw a target outside [0, c) that is not ignore_index */
     /* 9 is not used: the codes keep their values across versions */
-    XENT_ENOTFOUND = 10     /**< a looked-up entry does not exist */
+    XENT_ENOTFOUND = 10 /**< a looked-up entry does not exist */
 };
 
 /** Element type of the logits. */
@@ -89,58 +89,58 @@ typedef enum xent_op {
  * xent_problem_init(), which sets PyTorch's defaults, then change fields.
  */
 typedef struct xent_problem {
-    int64_t n;              /**< rows (batch), >= 1 */
-    int64_t c;              /**< classes, >= 1 */
-    int64_t row_stride;     /**< elements between row starts, >= c (default c) */
-    xent_dtype logits;      /**< dtype of the logits (default XENT_F32) */
-    xent_index targets;     /**< dtype of the targets (default XENT_I64) */
+    int64_t n;                /**< rows (batch), >= 1 */
+    int64_t c;                /**< classes, >= 1 */
+    int64_t row_stride;       /**< elements between row starts, >= c (default c) */
+    xent_dtype logits;        /**< dtype of the logits (default XENT_F32) */
+    xent_index targets;       /**< dtype of the targets (default XENT_I64) */
     xent_reduction reduction; /**< default XENT_REDUCE_MEAN */
-    int64_t ignore_index;   /**< targets equal to this contribute nothing (default -100) */
-    float label_smoothing;  /**< in [0, 1] (default 0) */
-    int has_weights;        /**< nonzero: per-class fp32 weights are passed (default 0) */
-    int write_lse;          /**< nonzero: also write each row's log-sum-exp (default 0) */
-    xent_op op;             /**< what to compute (default XENT_OP_FORWARD) */
-    float z_loss;           /**< >= 0: adds z_loss * lse^2 to each non-ignored row's loss (PaLM's
-                                 z-loss; default 0); not with has_weights */
-    float softcap;          /**< > 0: the logits become softcap * tanh(x / softcap) before the
-                                 softmax (Gemma's soft-capping), in loss and gradient; 0 off (default) */
-    int64_t vocab;          /**< a vocabulary shard: the c columns are classes [class_offset,
-                                 class_offset + c) of vocab classes; targets index the whole
-                                 vocabulary. 0 (default): no shard, vocab = c. Not with has_weights */
-    int64_t class_offset;   /**< the shard's first class (default 0) */
-    int shards;             /**< XENT_OP_COMBINE: the number of shards k (default 0) */
+    int64_t ignore_index;     /**< targets equal to this contribute nothing (default -100) */
+    float label_smoothing;    /**< in [0, 1] (default 0) */
+    int has_weights;          /**< nonzero: per-class fp32 weights are passed (default 0) */
+    int write_lse;            /**< nonzero: also write each row's log-sum-exp (default 0) */
+    xent_op op;               /**< what to compute (default XENT_OP_FORWARD) */
+    float z_loss;             /**< >= 0: adds z_loss * lse^2 to each non-ignored row's loss (PaLM's
+                                   z-loss; default 0); not with has_weights */
+    float softcap;            /**< > 0: the logits become softcap * tanh(x / softcap) before the
+                                   softmax (Gemma's soft-capping), in loss and gradient; 0 off (default) */
+    int64_t vocab;            /**< a vocabulary shard: the c columns are classes [class_offset,
+                                   class_offset + c) of vocab classes; targets index the whole
+                                   vocabulary. 0 (default): no shard, vocab = c. Not with has_weights */
+    int64_t class_offset;     /**< the shard's first class (default 0) */
+    int shards;               /**< XENT_OP_COMBINE: the number of shards k (default 0) */
 } xent_problem;
 
 /** Device pointers and outputs of one forward call. */
 typedef struct xent_args {
-    const void *logits;     /**< device, n rows of row_stride elements, element-aligned */
-    const void *targets;    /**< device, n int32 or int64 class indices */
-    const float *weights;   /**< device, c fp32 class weights; NULL unless has_weights */
-    float *loss;            /**< device, 1 fp32 (sum, mean) or n fp32 (none) */
-    float *lse;             /**< device, n fp32 log-sum-exp per row: written when write_lse (forward,
-                                 fused, combine), read by XENT_OP_BACKWARD; NULL otherwise */
-    void *workspace;        /**< 16-byte aligned device scratch of xent_workspace_size bytes, or NULL for the plan's own */
-    void *grad;             /**< XENT_OP_FUSED, _BACKWARD, _RESCALE: device, the gradient, n rows of
-                                 row_stride elements in the logits' dtype, at the same 16-byte phase as
-                                 the logits; may equal logits (in place); NULL otherwise */
-    const float *dloss;     /**< device, the upstream gradient of the loss: 1 float (sum, mean) or n
-                                 (none). Required by _BACKWARD and _RESCALE; optional for _FUSED */
-    float *stats;           /**< a shard's forward (vocab > c): out, 2n floats, the rows' lse over
-                                 the shard then their linear part; XENT_OP_COMBINE: in, shards such
-                                 blocks of 2n floats, one after another */
+    const void *logits;   /**< device, n rows of row_stride elements, element-aligned */
+    const void *targets;  /**< device, n int32 or int64 class indices */
+    const float *weights; /**< device, c fp32 class weights; NULL unless has_weights */
+    float *loss;          /**< device, 1 fp32 (sum, mean) or n fp32 (none) */
+    float *lse;           /**< device, n fp32 log-sum-exp per row: written when write_lse (forward,
+                               fused, combine), read by XENT_OP_BACKWARD; NULL otherwise */
+    void *workspace;    /**< 16-byte aligned device scratch of xent_workspace_size bytes, or NULL for the plan's own */
+    void *grad;         /**< XENT_OP_FUSED, _BACKWARD, _RESCALE: device, the gradient, n rows of
+                             row_stride elements in the logits' dtype, at the same 16-byte phase as
+                             the logits; may equal logits (in place); NULL otherwise */
+    const float *dloss; /**< device, the upstream gradient of the loss: 1 float (sum, mean) or n
+                             (none). Required by _BACKWARD and _RESCALE; optional for _FUSED */
+    float *stats;       /**< a shard's forward (vocab > c): out, 2n floats, the rows' lse over
+                             the shard then their linear part; XENT_OP_COMBINE: in, shards such
+                             blocks of 2n floats, one after another */
 } xent_args;
 
 /** Where a plan's kernel configuration came from. */
 typedef enum xent_source {
-    XENT_SOURCE_USER_DB = 0,  /**< exact entry of the user's tune cache */
-    XENT_SOURCE_SHIPPED = 1,  /**< exact entry of the tune cache shipped for this GPU */
-    XENT_SOURCE_NEAREST = 2,  /**< the nearest tuned shape of this GPU and dtype: of the problem's
-                                   targets type, reduction and options, else of the nearest other
-                                   (the plan's note names that entry) */
-    XENT_SOURCE_HEURISTIC = 3,/**< the built-in heuristic */
-    XENT_SOURCE_EXPLICIT = 4, /**< a configuration given by the caller */
-    XENT_SOURCE_ARCH = 5      /**< the tune cache shipped for the nearest GPU of the same
-                                   architecture (this GPU has none, or it had no answer) */
+    XENT_SOURCE_USER_DB = 0,   /**< exact entry of the user's tune cache */
+    XENT_SOURCE_SHIPPED = 1,   /**< exact entry of the tune cache shipped for this GPU */
+    XENT_SOURCE_NEAREST = 2,   /**< the nearest tuned shape of this GPU and dtype: of the problem's
+                                    targets type, reduction and options, else of the nearest other
+                                    (the plan's note names that entry) */
+    XENT_SOURCE_HEURISTIC = 3, /**< the built-in heuristic */
+    XENT_SOURCE_EXPLICIT = 4,  /**< a configuration given by the caller */
+    XENT_SOURCE_ARCH = 5       /**< the tune cache shipped for the nearest GPU of the same
+                                    architecture (this GPU has none, or it had no answer) */
 } xent_source;
 
 /** An opaque per-device context (the device's primary CUDA context). */
@@ -189,8 +189,8 @@ XENT_API const char *xent_errmsg(const xent_context *ctx);
 
 /** Device facts: name, compute capability, multiprocessor count and the GPU key (e.g. "h200"). */
 typedef struct xent_device_info {
-    char name[256];       /**< as the driver reports it, e.g. "NVIDIA H200" */
-    char key[32];         /**< short GPU key used by tune caches, e.g. "h200" */
+    char name[256]; /**< as the driver reports it, e.g. "NVIDIA H200" */
+    char key[32];   /**< short GPU key used by tune caches, e.g. "h200" */
     int cc_major, cc_minor;
     int sm_count;
     size_t l2_bytes;

@@ -69,8 +69,7 @@ static int open_device(xent_context *ctx, int ordinal) {
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuDeviceGetCount", r);
     if (ordinal < 0 || ordinal >= count)
         return xent_fail(ctx, XENT_ENODEVICE, "device %d requested, %d present", ordinal, count);
-    if ((r = ctx->drv->DeviceGet(&ctx->dev, ordinal)) != CUDA_SUCCESS)
-        return xent_fail_cuda(ctx, "cuDeviceGet", r);
+    if ((r = ctx->drv->DeviceGet(&ctx->dev, ordinal)) != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuDeviceGet", r);
     if ((r = ctx->drv->DevicePrimaryCtxRetain(&ctx->cuctx, ctx->dev)) != CUDA_SUCCESS)
         return xent_fail_cuda(ctx, "cuDevicePrimaryCtxRetain", r);
     int rc = read_device(ctx), pushed;
@@ -132,7 +131,8 @@ int xent_check_targets(xent_context *ctx, void *stream) {
     if (r == CUDA_SUCCESS) r = ctx->drv->MemcpyDtoH(&flag, ctx->err_flag, sizeof flag);
     if (r == CUDA_SUCCESS && flag) r = ctx->drv->MemsetD8Async(ctx->err_flag, 0, sizeof flag, (CUstream)stream);
     if (r == CUDA_SUCCESS && flag) r = ctx->drv->StreamSynchronize((CUstream)stream);
-    if (r != CUDA_SUCCESS) rc = xent_fail_cuda(ctx, "xent_check_targets", r);
+    if (r != CUDA_SUCCESS)
+        rc = xent_fail_cuda(ctx, "xent_check_targets", r);
     else if (flag)
         rc = xent_fail(ctx, XENT_EBADTARGET,
                        "a target outside [0, c) that is not ignore_index was seen; its losses are NaN");

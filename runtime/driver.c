@@ -14,13 +14,13 @@ static char load_why[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Exported names carry the ABI version suffix that cuda.h's macros add. */
-#define RESOLVE(field, symbol)                                                       \
-    do {                                                                             \
-        *(void **)&driver.field = dlsym(lib, symbol);                                \
-        if (!driver.field) {                                                         \
-            snprintf(load_why, sizeof load_why, "libcuda.so.1 lacks %s", symbol);    \
-            return XENT_ENODRIVER;                                                   \
-        }                                                                            \
+#define RESOLVE(field, symbol)                                                                                         \
+    do {                                                                                                               \
+        *(void **)&driver.field = dlsym(lib, symbol);                                                                  \
+        if (!driver.field) {                                                                                           \
+            snprintf(load_why, sizeof load_why, "libcuda.so.1 lacks %s", symbol);                                      \
+            return XENT_ENODRIVER;                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 static int resolve(void *lib) {
@@ -67,9 +67,8 @@ static void load_once(void) {
     void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *e = dlerror();
-        snprintf(load_why, sizeof load_why,
-                 "cannot load the CUDA driver (%s): %s; is an NVIDIA driver installed?", name,
-                 e ? e : "unknown error");
+        snprintf(load_why, sizeof load_why, "cannot load the CUDA driver (%s): %s; is an NVIDIA driver installed?",
+                 name, e ? e : "unknown error");
         load_rc = XENT_ENODRIVER;
         return;
     }
@@ -99,6 +98,5 @@ void xent_driver_describe(const xent_driver *d, const char *call, CUresult r, ch
     const char *name = NULL, *text = NULL;
     if (d && d->GetErrorName) d->GetErrorName(r, &name);
     if (d && d->GetErrorString) d->GetErrorString(r, &text);
-    snprintf(buf, len, "%s failed: %s (%s)", call, name ? name : "unknown CUDA error",
-             text ? text : "no description");
+    snprintf(buf, len, "%s failed: %s (%s)", call, name ? name : "unknown CUDA error", text ? text : "no description");
 }

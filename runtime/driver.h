@@ -25,8 +25,8 @@ typedef struct xent_driver {
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
     CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, CUstream, void **, void **);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);

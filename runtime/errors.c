@@ -36,7 +36,7 @@ const char *xent_errstr(int rc) {
 typedef struct thread_msg {
     const xent_context *ctx;
     uint64_t id;
-    char text[sizeof ((xent_context *)0)->errmsg];
+    char text[sizeof((xent_context *)0)->errmsg];
 } thread_msg;
 
 static pthread_key_t msg_key;
@@ -94,7 +94,7 @@ const char *xent_errmsg(const xent_context *ctx) {
     if (!ctx) return "";
     thread_msg *m = this_thread();
     if (m && m->ctx == ctx && m->id == ctx->id) return m->text;
-    if (!m) return ctx->errmsg; /* no memory for a copy: the shared text, as it is */
+    if (!m) return ctx->errmsg;            /* no memory for a copy: the shared text, as it is */
     xent_context *c = (xent_context *)ctx; /* the lock is not part of what const promises */
     pthread_mutex_lock(&c->msg_lock);
     snprintf(m->text, sizeof m->text, "%s", ctx->errmsg);
@@ -126,7 +126,8 @@ static int check_training(const xent_problem *p, char *why, size_t len) {
     if ((unsigned)p->op > XENT_OP_RESCALE)
         return why_not(why, len, "op must be forward, fused, backward, combine or rescale");
     if (!(p->z_loss >= 0.0f && p->z_loss < INFINITY)) return why_not(why, len, "z_loss must be finite and >= 0");
-    if (!(p->softcap >= 0.0f && p->softcap < INFINITY)) return why_not(why, len, "softcap must be finite and >= 0 (0 is off)");
+    if (!(p->softcap >= 0.0f && p->softcap < INFINITY))
+        return why_not(why, len, "softcap must be finite and >= 0 (0 is off)");
     if (p->z_loss > 0.0f && p->has_weights)
         return why_not(why, len, "z_loss with class weights is not defined (PyTorch has no z-loss to follow)");
     int shard = p->vocab != 0;
@@ -151,7 +152,8 @@ int xent_problem_check(const xent_problem *p, char *why, size_t len) {
     if (p->c < 1) return why_not(why, len, "c must be >= 1");
     if (p->c > 0x7fffffffLL) return why_not(why, len, "c must be < 2^31");
     if (p->row_stride != 0 && p->row_stride < p->c) return why_not(why, len, "row_stride must be >= c");
-    if ((unsigned)p->logits > XENT_BF16) return why_not(why, len, "logits dtype must be XENT_F32, XENT_F16 or XENT_BF16");
+    if ((unsigned)p->logits > XENT_BF16)
+        return why_not(why, len, "logits dtype must be XENT_F32, XENT_F16 or XENT_BF16");
     if ((unsigned)p->targets > XENT_I64) return why_not(why, len, "targets dtype must be XENT_I32 or XENT_I64");
     if ((unsigned)p->reduction > XENT_REDUCE_MEAN) return why_not(why, len, "reduction must be none, sum or mean");
     if (!(p->label_smoothing >= 0.0f && p->label_smoothing <= 1.0f))

@@ -19,8 +19,7 @@ static int check_args(xent_plan *plan, const xent_args *a) {
         return xent_fail(ctx, XENT_EINVAL, "xent_args: logits are not aligned to their element size");
     if ((uintptr_t)a->targets % (p->targets == XENT_I64 ? 8 : 4))
         return xent_fail(ctx, XENT_EINVAL, "xent_args: targets are not aligned to their element size");
-    if ((uintptr_t)a->workspace % 16)
-        return xent_fail(ctx, XENT_EINVAL, "xent_args: workspace is not 16-byte aligned");
+    if ((uintptr_t)a->workspace % 16) return xent_fail(ctx, XENT_EINVAL, "xent_args: workspace is not 16-byte aligned");
     if (misaligned_out(a))
         return xent_fail(ctx, XENT_EINVAL, "xent_args: loss, lse and weights must be 4-byte aligned");
     return XENT_OK;
@@ -73,8 +72,9 @@ static int check_grad_args(xent_plan *plan, const xent_args *a) {
     if (misaligned(a->logits, esize) || misaligned(a->grad, esize))
         return xent_fail(ctx, XENT_EINVAL, "xent_args: logits and grad must be aligned to their element size");
     if (a->grad && a->logits && ((uintptr_t)a->grad - (uintptr_t)a->logits) % 16)
-        return xent_fail(ctx, XENT_EINVAL, "xent_args: grad must lie at the logits' 16-byte phase "
-                                           "(same offset from a 16-byte boundary)");
+        return xent_fail(ctx, XENT_EINVAL,
+                         "xent_args: grad must lie at the logits' 16-byte phase "
+                         "(same offset from a 16-byte boundary)");
     if (misaligned(a->targets, p->targets == XENT_I64 ? 8 : 4))
         return xent_fail(ctx, XENT_EINVAL, "xent_args: targets are not aligned to their element size");
     if (misaligned(a->loss, 4) || misaligned(a->lse, 4) || misaligned(a->weights, 4) || misaligned(a->dloss, 4) ||
@@ -87,9 +87,26 @@ static int check_grad_args(xent_plan *plan, const xent_args *a) {
 static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUdeviceptr ws) {
     const xent_problem *p = &plan->problem;
     xent_context *ctx = plan->ctx;
-    grad_kargs k = {a->logits, a->targets, a->weights, a->loss, a->lse, a->grad, a->dloss, a->stats, ws,
-                    ctx->err_flag, p->n, p->row_stride, p->ignore_index, p->class_offset, (int)p->c,
-                    (int)(p->vocab ? p->vocab : p->c), p->label_smoothing, p->z_loss, p->softcap, p->shards};
+    grad_kargs k = {a->logits,
+                    a->targets,
+                    a->weights,
+                    a->loss,
+                    a->lse,
+                    a->grad,
+                    a->dloss,
+                    a->stats,
+                    ws,
+                    ctx->err_flag,
+                    p->n,
+                    p->row_stride,
+                    p->ignore_index,
+                    p->class_offset,
+                    (int)p->c,
+                    (int)(p->vocab ? p->vocab : p->c),
+                    p->label_smoothing,
+                    p->z_loss,
+                    p->softcap,
+                    p->shards};
     void *params[] = {&k};
     CUresult r = CUDA_SUCCESS;
     if (plan->fn_denom)
@@ -117,8 +134,19 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
     long long n = p->n, stride = p->row_stride, ignore = p->ignore_index;
     int c = (int)p->c, split = plan->config.split;
     float smoothing = p->label_smoothing;
-    void *params[] = {(void *)&a->logits, (void *)&a->targets, (void *)&a->weights, (void *)&a->loss,
-                      (void *)&a->lse, &ws, &ctx->err_flag, &n, &c, &stride, &ignore, &smoothing, &split};
+    void *params[] = {(void *)&a->logits,
+                      (void *)&a->targets,
+                      (void *)&a->weights,
+                      (void *)&a->loss,
+                      (void *)&a->lse,
+                      &ws,
+                      &ctx->err_flag,
+                      &n,
+                      &c,
+                      &stride,
+                      &ignore,
+                      &smoothing,
+                      &split};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,

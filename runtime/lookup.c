@@ -17,11 +17,9 @@
 /* Known GPUs. Within an architecture the order is the preference between
  * siblings equally near in SM count: the H200 first, the GPU tuned most. */
 const xent_gpu_spec xent_known_gpus[] = {
-    {"h200", 90, {132}},    {"h100", 90, {132, 114}}, {"h800", 90, {132, 114}},
-    {"gh200", 90, {132}},   {"h20", 90, {78}},        {"a100", 80, {108}},
-    {"a800", 80, {108}},    {"a30", 80, {56}},        {"l40s", 89, {142}},
-    {"l4", 89, {58}},       {"rtx4090", 89, {128}},   {"b200", 100, {148}},
-    {"a10", 86, {72}},      {NULL, 0, {0}},
+    {"h200", 90, {132}},    {"h100", 90, {132, 114}}, {"h800", 90, {132, 114}}, {"gh200", 90, {132}}, {"h20", 90, {78}},
+    {"a100", 80, {108}},    {"a800", 80, {108}},      {"a30", 80, {56}},        {"l40s", 89, {142}},  {"l4", 89, {58}},
+    {"rtx4090", 89, {128}}, {"b200", 100, {148}},     {"a10", 86, {72}},        {NULL, 0, {0}},
 };
 
 const xent_gpu_spec *xent_gpu_find(const char *key) {
@@ -54,8 +52,8 @@ static int sm_distance(const xent_gpu_spec *g, int sm_count) {
  * file may hold another variant's SM count, as an h100 PCIe beside an SXM
  * cache), then the table's order. Launch grids come from the device at plan
  * build, so a sibling's configuration runs with this GPU's own SM count. */
-int xent_arch_sibling(const char *gpu, int arch, int sm_count, const char *datadir, int include_own,
-                      char *out, size_t len) {
+int xent_arch_sibling(const char *gpu, int arch, int sm_count, const char *datadir, int include_own, char *out,
+                      size_t len) {
     const xent_gpu_spec *best = NULL;
     int best_d = 0, best_own = 0;
     char path[4096];
@@ -101,8 +99,7 @@ void xent_caches_open(xent_caches *c, const char *gpu, int arch, int sm_count, c
         note_add(c, why);
     }
     c->shipped = load_shipped(c, datadir, c->gpu);
-    if (xent_arch_sibling(c->gpu, arch, sm_count, datadir, c->shipped != NULL, c->arch_gpu, sizeof c->arch_gpu))
-        return;
+    if (xent_arch_sibling(c->gpu, arch, sm_count, datadir, c->shipped != NULL, c->arch_gpu, sizeof c->arch_gpu)) return;
     c->arch = !strcmp(c->arch_gpu, c->gpu) ? c->shipped : load_shipped(c, datadir, c->arch_gpu);
     if (!c->arch) c->arch_gpu[0] = '\0';
 }

@@ -34,7 +34,8 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
         xent_config_heuristic(p, ctx->info.sm_count, cfg);
         return XENT_SOURCE_HEURISTIC;
     }
-    if (!ctx->caches.opened) xent_caches_open(&ctx->caches, ctx->info.key, ctx->arch, ctx->info.sm_count, xent_datadir());
+    if (!ctx->caches.opened)
+        xent_caches_open(&ctx->caches, ctx->info.key, ctx->arch, ctx->info.sm_count, xent_datadir());
     tc_key key;
     xent_tc_key(ctx, p, &key);
     return xent_choose_config(&ctx->caches, &key, p, cfg, a);
@@ -73,15 +74,15 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
     return XENT_OK;
 }
 
-int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
-                      const xent_config *cfg, unsigned *grid, size_t *workspace) {
+int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg, unsigned *grid,
+                      size_t *workspace) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) return grad_launch_shape(ctx, fn, p, cfg, grid, workspace);
     long long teams = cfg->block / cfg->tpr;
     long long groups = (p->n * cfg->split + teams - 1) / teams;
     if (cfg->persist) {
         int per_sm = 0;
-        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block,
-                                                                          xent_config_smem(cfg, p));
+        CUresult r =
+            ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
         long long resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
         groups = xent_persistent_grid(groups, resident, cfg->persist);
@@ -113,8 +114,7 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     xent_cubin_free(&bin);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData", r);
     const xent_problem *p = &plan->problem;
-    static const char *grad_entry[] = {"xent_grad", "xent_grad", "xent_grad", "xent_grad_combine",
-                                       "xent_grad_rescale"};
+    static const char *grad_entry[] = {"xent_grad", "xent_grad", "xent_grad", "xent_grad_combine", "xent_grad_rescale"};
     const char *entry = plan->family == XENT_FAMILY_GRAD ? grad_entry[p->op] : "xent_fwd";
     r = ctx->drv->ModuleGetFunction(&plan->fn, plan->module, entry);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction", r);
@@ -130,8 +130,7 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
      * memory (TILE's rows) must be opted in to, or the launch fails. */
     if (plan->smem > 0) {
         r = ctx->drv->FuncSetAttribute(plan->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)plan->smem);
-        if (r != CUDA_SUCCESS)
-            return xent_fail_cuda(ctx, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);
+        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);
     }
     return XENT_OK;
 }
@@ -147,8 +146,8 @@ static int alloc_workspace(xent_context *ctx, xent_plan *plan) {
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "allocating the workspace", r);
 }
 
-int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config *cfg,
-                    xent_source source, xent_plan **out) {
+int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config *cfg, xent_source source,
+                    xent_plan **out) {
     char why[256];
     *out = NULL;
     if (!xent_config_fits(cfg, p, why, sizeof why))
@@ -229,8 +228,8 @@ static int plan_miss(xent_context *ctx, const xent_problem *key, uint64_t h, xen
     xent_source src = choose_config(ctx, key, &cfg, &a);
     int rc = xent_plan_build(ctx, key, &cfg, src, plan);
     if (rc) return rc;
-    snprintf((*plan)->cache, sizeof (*plan)->cache, "%s", a.cache);
-    snprintf((*plan)->note, sizeof (*plan)->note, "%.250s%s%.768s", ctx->caches.note,
+    snprintf((*plan)->cache, sizeof(*plan)->cache, "%s", a.cache);
+    snprintf((*plan)->note, sizeof(*plan)->note, "%.250s%s%.768s", ctx->caches.note,
              ctx->caches.note[0] && a.note[0] ? "; " : "", a.note);
     if ((rc = memo_insert(ctx, *plan, h))) {
         xent_plan_destroy(*plan);
@@ -275,9 +274,7 @@ int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan)
     return *plan ? XENT_OK : XENT_ENOTFOUND;
 }
 
-xent_source xent_plan_source(const xent_plan *plan) {
-    return plan ? plan->source : XENT_SOURCE_HEURISTIC;
-}
+xent_source xent_plan_source(const xent_plan *plan) { return plan ? plan->source : XENT_SOURCE_HEURISTIC; }
 
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;

@@ -15,37 +15,37 @@
 
 struct xent_plan {
     xent_context *ctx;
-    xent_problem problem;    /* normalized: row_stride set, padding zeroed */
+    xent_problem problem; /* normalized: row_stride set, padding zeroed */
     xent_config config;
     xent_source source;
     xent_family family;
     CUmodule module;
     CUfunction fn;
-    CUfunction fn_denom;     /* xent_grad: the weight sums a gradient needs first, or NULL */
+    CUfunction fn_denom;        /* xent_grad: the weight sums a gradient needs first, or NULL */
     unsigned grid, block, smem; /* smem: dynamic shared memory bytes */
     unsigned denom_grid;
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;
-    char cache[32];          /* the tune cache that answered: "user" or a shipped cache's GPU key */
-    char note[1024];         /* why a tune cache or an entry was skipped, if one was */
+    char cache[32];  /* the tune cache that answered: "user" or a shipped cache's GPU key */
+    char note[1024]; /* why a tune cache or an entry was skipped, if one was */
 };
 
 /* The tune caches a context reads, opened at its first plan miss. */
 typedef struct xent_caches {
     int opened;
-    tc_db *user;             /* the user's cache, read-only */
-    tc_db *shipped;          /* <datadir>/<gpu>.sql, in memory */
-    tc_db *arch;             /* the nearest sibling's shipped cache (may be shipped itself) */
+    tc_db *user;                /* the user's cache, read-only */
+    tc_db *shipped;             /* <datadir>/<gpu>.sql, in memory */
+    tc_db *arch;                /* the nearest sibling's shipped cache (may be shipped itself) */
     char gpu[32], arch_gpu[32]; /* the GPU keys of shipped and arch */
-    char note[1024];         /* why a cache was skipped */
+    char note[1024];            /* why a cache was skipped */
 } xent_caches;
 
 /* A GPU the library knows: its key, architecture and SM counts. */
 typedef struct xent_gpu_spec {
     const char *key;
-    int cc;                  /* 10*major + minor */
-    int sms[3];              /* multiprocessor counts of its variants */
+    int cc;     /* 10*major + minor */
+    int sms[3]; /* multiprocessor counts of its variants */
 } xent_gpu_spec;
 
 /* The known GPUs, ended by a NULL key; within an architecture in order of preference. */
@@ -62,16 +62,16 @@ struct xent_context {
     int ordinal;
     CUdevice dev;
     CUcontext cuctx;
-    int arch;                /* 10*major + minor */
+    int arch; /* 10*major + minor */
     xent_device_info info;
-    CUdeviceptr err_flag;    /* sticky bad-target flag written by kernels */
-    pthread_rwlock_t lock;   /* plans (read: lookups; write: building one), caches */
-    plan_slot *slots;        /* open addressing, power-of-two capacity */
+    CUdeviceptr err_flag;  /* sticky bad-target flag written by kernels */
+    pthread_rwlock_t lock; /* plans (read: lookups; write: building one), caches */
+    plan_slot *slots;      /* open addressing, power-of-two capacity */
     size_t nslots, nplans;
     xent_caches caches;
-    uint64_t id;             /* unique in the process: names the context in per-thread messages */
+    uint64_t id;              /* unique in the process: names the context in per-thread messages */
     pthread_mutex_t msg_lock; /* errmsg: written and copied under it (runtime/errors.c) */
-    char errmsg[16384];      /* the last failure of any thread */
+    char errmsg[16384];       /* the last failure of any thread */
 };
 
 /* Record a failure's detail in ctx (if any) and return rc. */
@@ -87,8 +87,8 @@ void xent_ctx_leave(xent_context *ctx, int pushed);
 void xent_problem_normalize(const xent_problem *p, xent_problem *out);
 
 /* Build a plan for p with an explicit config (not memoized); the caller owns it. */
-int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config *cfg,
-                    xent_source source, xent_plan **out);
+int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config *cfg, xent_source source,
+                    xent_plan **out);
 void xent_plan_destroy(xent_plan *plan);
 
 /* The tune-cache key of a problem on this context's device. */
@@ -104,8 +104,8 @@ const char *xent_datadir(void);
  * architecture and SM count uses when its own has no answer: a known GPU of
  * the same architecture with the nearest SM count, the GPU itself first
  * among equals when include_own, else the table's order. XENT_ENOTFOUND if none. */
-int xent_arch_sibling(const char *gpu, int arch, int sm_count, const char *datadir, int include_own,
-                      char *out, size_t len);
+int xent_arch_sibling(const char *gpu, int arch, int sm_count, const char *datadir, int include_own, char *out,
+                      size_t len);
 
 /* Open the caches for GPU key gpu: the user's (tc_user_path), the shipped
  * <datadir>/<gpu>.sql and the arch sibling's. A cache that cannot be read is
@@ -124,7 +124,7 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
 void xent_gpu_key(const char *name, char *key, size_t len);
 
 /* Grid, workspace size for cfg (needs the function for occupancy). */
-int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p,
-                      const xent_config *cfg, unsigned *grid, size_t *workspace);
+int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg, unsigned *grid,
+                      size_t *workspace);
 
 #endif

@@ -16,8 +16,8 @@ static int driver_present(void) {
 }
 
 START_TEST(every_status_has_text) {
-    static const int codes[] = {XENT_OK,     XENT_EINVAL, XENT_ENODRIVER,  XENT_ENODEVICE, XENT_ECUDA,
-                                XENT_ECOMPILE, XENT_ENOMEM, XENT_ECACHE, XENT_EBADTARGET, XENT_ENOTFOUND};
+    static const int codes[] = {XENT_OK,       XENT_EINVAL, XENT_ENODRIVER, XENT_ENODEVICE,  XENT_ECUDA,
+                                XENT_ECOMPILE, XENT_ENOMEM, XENT_ECACHE,    XENT_EBADTARGET, XENT_ENOTFOUND};
     int n = (int)(sizeof codes / sizeof codes[0]);
     for (int i = 0; i < n; i++) {
         ck_assert_str_ne(xent_errstr(codes[i]), "unknown status");
@@ -58,17 +58,35 @@ static void expect_bad(const xent_problem *p, const char *fragment) {
 
 START_TEST(problem_check_names_each_bad_field) {
     xent_problem p;
-    xent_problem_init(&p, 0, 10); expect_bad(&p, "n must");
-    xent_problem_init(&p, 5, 0); expect_bad(&p, "c must");
-    xent_problem_init(&p, 5, 1LL << 31); expect_bad(&p, "c must");
-    xent_problem_init(&p, 5, 10); p.row_stride = 9; expect_bad(&p, "row_stride");
-    xent_problem_init(&p, 5, 10); p.logits = (xent_dtype)7; expect_bad(&p, "logits");
-    xent_problem_init(&p, 5, 10); p.targets = (xent_index)-1; expect_bad(&p, "targets");
-    xent_problem_init(&p, 5, 10); p.reduction = (xent_reduction)3; expect_bad(&p, "reduction");
-    xent_problem_init(&p, 5, 10); p.label_smoothing = 1.5f; expect_bad(&p, "label_smoothing");
-    xent_problem_init(&p, 5, 10); p.label_smoothing = -0.1f; expect_bad(&p, "label_smoothing");
-    xent_problem_init(&p, 5, 10); p.label_smoothing = 0.0f / 0.0f; expect_bad(&p, "label_smoothing");
-    xent_problem_init(&p, 1LL << 60, 1LL << 20); expect_bad(&p, "too large");
+    xent_problem_init(&p, 0, 10);
+    expect_bad(&p, "n must");
+    xent_problem_init(&p, 5, 0);
+    expect_bad(&p, "c must");
+    xent_problem_init(&p, 5, 1LL << 31);
+    expect_bad(&p, "c must");
+    xent_problem_init(&p, 5, 10);
+    p.row_stride = 9;
+    expect_bad(&p, "row_stride");
+    xent_problem_init(&p, 5, 10);
+    p.logits = (xent_dtype)7;
+    expect_bad(&p, "logits");
+    xent_problem_init(&p, 5, 10);
+    p.targets = (xent_index)-1;
+    expect_bad(&p, "targets");
+    xent_problem_init(&p, 5, 10);
+    p.reduction = (xent_reduction)3;
+    expect_bad(&p, "reduction");
+    xent_problem_init(&p, 5, 10);
+    p.label_smoothing = 1.5f;
+    expect_bad(&p, "label_smoothing");
+    xent_problem_init(&p, 5, 10);
+    p.label_smoothing = -0.1f;
+    expect_bad(&p, "label_smoothing");
+    xent_problem_init(&p, 5, 10);
+    p.label_smoothing = 0.0f / 0.0f;
+    expect_bad(&p, "label_smoothing");
+    xent_problem_init(&p, 1LL << 60, 1LL << 20);
+    expect_bad(&p, "too large");
     ck_assert_int_eq(xent_problem_check(NULL, NULL, 0), XENT_EINVAL);
     xent_problem_init(&p, 5, 10);
     p.row_stride = 0; /* 0 means c */
@@ -150,27 +168,43 @@ START_TEST(launch_checks_its_arguments) {
     xent_args good = {.logits = dev, .targets = dev, .loss = dev}, a;
     make_fake(0, 0, XENT_F32);
     expect_launch_refused(NULL, "xent_args");
-    a = good; a.logits = NULL; expect_launch_refused(&a, "logits, targets and loss");
-    a = good; a.targets = NULL; expect_launch_refused(&a, "logits, targets and loss");
-    a = good; a.loss = NULL; expect_launch_refused(&a, "logits, targets and loss");
-    a = good; a.weights = dev; expect_launch_refused(&a, "weights");
-    a = good; a.lse = dev; expect_launch_refused(&a, "lse");
-    a = good; a.logits = (char *)dev + 2; expect_launch_refused(&a, "logits are not aligned");
-    a = good; a.targets = (char *)dev + 4; expect_launch_refused(&a, "targets are not aligned");
+    a = good;
+    a.logits = NULL;
+    expect_launch_refused(&a, "logits, targets and loss");
+    a = good;
+    a.targets = NULL;
+    expect_launch_refused(&a, "logits, targets and loss");
+    a = good;
+    a.loss = NULL;
+    expect_launch_refused(&a, "logits, targets and loss");
+    a = good;
+    a.weights = dev;
+    expect_launch_refused(&a, "weights");
+    a = good;
+    a.lse = dev;
+    expect_launch_refused(&a, "lse");
+    a = good;
+    a.logits = (char *)dev + 2;
+    expect_launch_refused(&a, "logits are not aligned");
+    a = good;
+    a.targets = (char *)dev + 4;
+    expect_launch_refused(&a, "targets are not aligned");
     make_fake(1, 1, XENT_BF16);
-    a = good; expect_launch_refused(&a, "weights");
-    a = good; a.weights = dev; expect_launch_refused(&a, "lse");
-    a.lse = dev; a.logits = (char *)dev + 1; expect_launch_refused(&a, "logits are not aligned");
+    a = good;
+    expect_launch_refused(&a, "weights");
+    a = good;
+    a.weights = dev;
+    expect_launch_refused(&a, "lse");
+    a.lse = dev;
+    a.logits = (char *)dev + 1;
+    expect_launch_refused(&a, "logits are not aligned");
 }
 END_TEST
 
 START_TEST(gpu_keys_from_device_names) {
-    const char *cases[][2] = {{"NVIDIA H200", "h200"},
-                              {"NVIDIA H100 80GB HBM3", "h100"},
-                              {"NVIDIA A100-SXM4-80GB", "a100"},
-                              {"NVIDIA GeForce RTX 4090", "rtx4090"},
-                              {"NVIDIA L40S", "l40s"},
-                              {"Tesla V100-SXM2-16GB", "v100"},
+    const char *cases[][2] = {{"NVIDIA H200", "h200"},           {"NVIDIA H100 80GB HBM3", "h100"},
+                              {"NVIDIA A100-SXM4-80GB", "a100"}, {"NVIDIA GeForce RTX 4090", "rtx4090"},
+                              {"NVIDIA L40S", "l40s"},           {"Tesla V100-SXM2-16GB", "v100"},
                               {"NVIDIA GH200 480GB", "gh200"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char key[32];

@@ -36,12 +36,11 @@
 
 /* ---- running the tool -------------------------------------------------- */
 
-#define QUICK_S 30      /* time limit of a command that needs no compiler */
-#define COMPILE_S 240   /* time limit of a --compile-only run */
-#define DRY_S 120       /* a dry run of 32768x4096 is 7 s of CPU, some 20 under ASan */
+#define QUICK_S 30    /* time limit of a command that needs no compiler */
+#define COMPILE_S 240 /* time limit of a --compile-only run */
+#define DRY_S 120     /* a dry run of 32768x4096 is 7 s of CPU, some 20 under ASan */
 
-static const char *tool(void)
-{
+static const char *tool(void) {
     const char *b = getenv("XENT_TUNE_BIN");
     return b && *b ? b : "build/xent-tune";
 }
@@ -52,26 +51,23 @@ static const char *tool(void)
 
 /* Bad usage: exit 2, nothing on stdout, and on stderr the reason (containing
  * each needle) and the pointer to --help. */
-static void expect_usage(const result *r, const char *needle1, const char *needle2)
-{
+static void expect_usage(const result *r, const char *needle1, const char *needle2) {
     expect_failure(r, EXIT_USAGE, "xent-tune: ");
     expect_in("stderr", r->err, needle1, r);
-    if (needle2)
-        expect_in("stderr", r->err, needle2, r);
+    if (needle2) expect_in("stderr", r->err, needle2, r);
     expect_in("stderr", r->err, "Try 'xent-tune --help'.", r);
 }
 
-#define USAGE(n1, n2, ...)                      \
-    do {                                        \
-        result r_ = RUN(__VA_ARGS__);           \
-        expect_usage(&r_, (n1), (n2));          \
-        result_free(&r_);                       \
+#define USAGE(n1, n2, ...)                                                                                             \
+    do {                                                                                                               \
+        result r_ = RUN(__VA_ARGS__);                                                                                  \
+        expect_usage(&r_, (n1), (n2));                                                                                 \
+        result_free(&r_);                                                                                              \
     } while (0)
 
 /* Each value of an option is refused as "bad WHAT 'VALUE'" (and also, when
  * given, with `also` in the message). */
-static void reject_values(const char *opt, const char *what, const char *also, const char *const *bad, size_t n)
-{
+static void reject_values(const char *opt, const char *what, const char *also, const char *const *bad, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char msg[96];
         snprintf(msg, sizeof msg, "bad %s '%s'", what, bad[i]);
@@ -86,30 +82,27 @@ static void reject_values(const char *opt, const char *what, const char *also, c
  * at the end: a failed assertion ends a forked test before its teardown. */
 static char rundir[64];
 
-static void make_tmpdir(void)
-{
+static void make_tmpdir(void) {
     memset(child_env, 0, sizeof child_env);
     child_stdout = NULL;
     snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", rundir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     ck_assert_msg(access(tool(), X_OK) == 0,
                   "%s is not an executable (build it with make, run from the repo root, "
-                  "or set XENT_TUNE_BIN)", tool());
+                  "or set XENT_TUNE_BIN)",
+                  tool());
 }
 
 /* ---- text helpers ------------------------------------------------------------ */
 
-static int count_lines(const char *s)
-{
+static int count_lines(const char *s) {
     int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
+    for (; *s; s++) n += *s == '\n';
     return n;
 }
 
 /* The lines of s (a copy, split in place); *n gets the count. */
-static char **split_lines(const char *s, int *n)
-{
+static char **split_lines(const char *s, int *n) {
     char *copy = strdup(s);
     int cap = count_lines(s) + 2, k = 0;
     char **lines = calloc((size_t)cap, sizeof *lines);
@@ -117,8 +110,7 @@ static char **split_lines(const char *s, int *n)
     for (char *p = copy; *p;) {
         char *nl = strchr(p, '\n');
         lines[k++] = p;
-        if (!nl)
-            break;
+        if (!nl) break;
         *nl = '\0';
         p = nl + 1;
     }
@@ -126,8 +118,7 @@ static char **split_lines(const char *s, int *n)
     return lines;
 }
 
-static void free_lines(char **lines)
-{
+static void free_lines(char **lines) {
     if (lines) {
         free(lines[0]);
         free(lines);
@@ -136,19 +127,15 @@ static void free_lines(char **lines)
 
 /* A whole configuration line ("VEC=4 TPR=32 BLOCK=256 ..."): every knob of the
  * library's table once, legal for dtype d, in the library's own text form. */
-static int is_config(const char *s, xent_dtype d)
-{
+static int is_config(const char *s, xent_dtype d) {
     xent_config cfg;
     char why[200], again[256];
-    if (xent_config_parse(s, &cfg, why, sizeof why) != XENT_OK)
-        return 0;
-    if (!xent_config_legal(&cfg, d, why, sizeof why))
-        return 0;
+    if (xent_config_parse(s, &cfg, why, sizeof why) != XENT_OK) return 0;
+    if (!xent_config_legal(&cfg, d, why, sizeof why)) return 0;
     return xent_config_format(&cfg, again, sizeof again) == XENT_OK && strcmp(again, s) == 0;
 }
 
-static xent_dtype dtype_of(const char *what)
-{
+static xent_dtype dtype_of(const char *what) {
     return strstr(what, " bf16 ") ? XENT_BF16 : strstr(what, " f16 ") ? XENT_F16 : XENT_F32;
 }
 
@@ -156,13 +143,12 @@ static xent_dtype dtype_of(const char *what)
 typedef struct section {
     char what[160];
     int count, arch, sms;
-    char **configs;     /* pointers into the caller's lines */
+    char **configs; /* pointers into the caller's lines */
     const char *heuristic;
 } section;
 
 /* Parses the section starting at lines[*at], advancing *at past it. */
-static void parse_section(char **lines, int nlines, int *at, section *s, const result *r)
-{
+static void parse_section(char **lines, int nlines, int *at, section *s, const result *r) {
     memset(s, 0, sizeof *s);
     ck_assert_msg(*at < nlines, "%s: missing a section:\n%s", r->cmd, r->out);
     const char *h = lines[*at];
@@ -170,17 +156,16 @@ static void parse_section(char **lines, int nlines, int *at, section *s, const r
     ck_assert_msg(h[0] == '#' && h[1] == ' ' && colon, "%s: bad section header '%s'", r->cmd, h);
     snprintf(s->what, sizeof s->what, "%.*s", (int)(colon - h - 2), h + 2);
     int end = -1;
-    ck_assert_msg(sscanf(colon, ": %d candidates (sm_%d, %d SMs)%n", &s->count, &s->arch, &s->sms, &end) == 3
-                      && end >= 0 && colon[end] == '\0',
+    ck_assert_msg(sscanf(colon, ": %d candidates (sm_%d, %d SMs)%n", &s->count, &s->arch, &s->sms, &end) == 3 &&
+                      end >= 0 && colon[end] == '\0',
                   "%s: bad section header '%s'", r->cmd, h);
     ck_assert_msg(s->count > 0, "%s: no candidates in '%s'", r->cmd, h);
-    ck_assert_msg(*at + s->count + 1 < nlines, "%s: header says %d candidates but only %d lines follow",
-                  r->cmd, s->count, nlines - *at - 1);
+    ck_assert_msg(*at + s->count + 1 < nlines, "%s: header says %d candidates but only %d lines follow", r->cmd,
+                  s->count, nlines - *at - 1);
     s->configs = lines + *at + 1;
     for (int k = 0; k < s->count; k++) {
         if (!is_config(s->configs[k], dtype_of(s->what)))
-            ck_abort_msg("%s: candidate %d of '%s' is not a config line: '%s'", r->cmd, k + 1, s->what,
-                         s->configs[k]);
+            ck_abort_msg("%s: candidate %d of '%s' is not a config line: '%s'", r->cmd, k + 1, s->what, s->configs[k]);
         /* Plain ifs: a passing Check assertion costs a write in fork mode. */
         for (int j = 0; j < k; j++)
             if (strcmp(s->configs[j], s->configs[k]) == 0)
@@ -195,8 +180,7 @@ static void parse_section(char **lines, int nlines, int *at, section *s, const r
 
 /* ---- usage errors: exit 2 and the reason ------------------------------------- */
 
-START_TEST(test_no_shape)
-{
+START_TEST(test_no_shape) {
     USAGE("no problem given", "--shape", "--dtype", "bf16");
     USAGE("no problem given", NULL, "--dry-run");
     USAGE("no problem given", NULL, "--compile-only", "--arch", "sm_90");
@@ -207,11 +191,26 @@ START_TEST(test_no_shape)
 }
 END_TEST
 
-START_TEST(test_bad_shapes)
-{
+START_TEST(test_bad_shapes) {
     static const char *const bad[] = {
-        "0x5", "5x0", "axb", "5x", "12", "3x4x5", "-5x5", "5x-5", "-1x-1", "x5", "", "5x5x",
-        "1x2147483648", "1x99999999999", "99999999999999999999x5", "5*5", "5x5 junk", "0x0",
+        "0x5",
+        "5x0",
+        "axb",
+        "5x",
+        "12",
+        "3x4x5",
+        "-5x5",
+        "5x-5",
+        "-1x-1",
+        "x5",
+        "",
+        "5x5x",
+        "1x2147483648",
+        "1x99999999999",
+        "99999999999999999999x5",
+        "5*5",
+        "5x5 junk",
+        "0x0",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char quoted[64];
@@ -241,8 +240,7 @@ START_TEST(test_bad_shapes)
 }
 END_TEST
 
-START_TEST(test_unknown_option)
-{
+START_TEST(test_unknown_option) {
     USAGE("unknown option '--bogus'", NULL, "--shape", "8x8", "--bogus");
     USAGE("unknown option '-Z'", NULL, "--shape", "8x8", "-Z");
     /* In a group, the option is named, not the argument before the group. */
@@ -256,12 +254,35 @@ START_TEST(test_unknown_option)
 }
 END_TEST
 
-START_TEST(test_missing_value)
-{
+START_TEST(test_missing_value) {
     static const char *const opts[] = {
-        "--shape", "-s", "--shapes-file", "-f", "--dtype", "-d", "--targets", "-t", "--reduction", "-r",
-        "--ignore-index", "-i", "--label-smoothing", "-l", "--gpu", "-g", "--budget", "-b", "--jobs",
-        "-j", "--device", "--db", "--arch", "-a", "--top", "--output", "-o",
+        "--shape",
+        "-s",
+        "--shapes-file",
+        "-f",
+        "--dtype",
+        "-d",
+        "--targets",
+        "-t",
+        "--reduction",
+        "-r",
+        "--ignore-index",
+        "-i",
+        "--label-smoothing",
+        "-l",
+        "--gpu",
+        "-g",
+        "--budget",
+        "-b",
+        "--jobs",
+        "-j",
+        "--device",
+        "--db",
+        "--arch",
+        "-a",
+        "--top",
+        "--output",
+        "-o",
     };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         char msg[64];
@@ -271,8 +292,7 @@ START_TEST(test_missing_value)
 }
 END_TEST
 
-START_TEST(test_bad_enums)
-{
+START_TEST(test_bad_enums) {
     static const char *const dtypes[] = {"fp32", "F32", "f64", "half", ""};
     REJECT("--dtype", "dtype", NULL, dtypes);
     static const char *const targets[] = {"i16", "int64", "u32", "I64", ""};
@@ -287,8 +307,7 @@ START_TEST(test_bad_enums)
 }
 END_TEST
 
-START_TEST(test_bad_label_smoothing)
-{
+START_TEST(test_bad_label_smoothing) {
     static const char *const bad[] = {"1.5", "-0.1", "1.0000001", "abc", "nan", "inf", "0.5x", "", "1e3"};
     REJECT("--label-smoothing", "label smoothing", "[0, 1]", bad);
     /* The ends of [0, 1] are legal. */
@@ -302,8 +321,7 @@ START_TEST(test_bad_label_smoothing)
 }
 END_TEST
 
-START_TEST(test_bad_budget)
-{
+START_TEST(test_bad_budget) {
     static const char *const bad[] = {"0", "-1", "0.05", "abc", "", "1e9", "30s", "nan"};
     REJECT("--budget", "budget", NULL, bad);
     result r = RUN("--dry-run", "--shape", "8x8", "-b", "0.1");
@@ -312,8 +330,7 @@ START_TEST(test_bad_budget)
 }
 END_TEST
 
-START_TEST(test_bad_jobs)
-{
+START_TEST(test_bad_jobs) {
     static const char *const bad[] = {"0", "-1", "65", "x", "2.5", "", "4 "};
     REJECT("--jobs", "jobs", NULL, bad);
     result r = RUN("--dry-run", "--shape", "8x8", "-j", "64");
@@ -322,8 +339,7 @@ START_TEST(test_bad_jobs)
 }
 END_TEST
 
-START_TEST(test_bad_arch)
-{
+START_TEST(test_bad_arch) {
     static const char *const bad[] = {"sm_49", "sm_201", "sm_abc", "compute_90", "sm_90a", "sm_", "", "49"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         USAGE("bad architecture", NULL, "--dry-run", "--shape", "8x8", "--arch", bad[i]);
@@ -339,26 +355,21 @@ START_TEST(test_bad_arch)
 }
 END_TEST
 
-START_TEST(test_other_bad_numbers)
-{
+START_TEST(test_other_bad_numbers) {
     USAGE("bad ignore index 'abc'", NULL, "--dry-run", "--shape", "8x8", "--ignore-index", "abc");
-    USAGE("bad ignore index '99999999999999999999'", NULL, "--dry-run", "--shape", "8x8", "-i",
-          "99999999999999999999");
+    USAGE("bad ignore index '99999999999999999999'", NULL, "--dry-run", "--shape", "8x8", "-i", "99999999999999999999");
     USAGE("bad device '-1'", NULL, "--dry-run", "--shape", "8x8", "--device", "-1");
     USAGE("bad top '0'", NULL, "--dry-run", "--shape", "8x8", "--top", "0");
 }
 END_TEST
 
-START_TEST(test_dry_run_and_compile_only)
-{
-    USAGE("--dry-run and --compile-only exclude each other", NULL, "--dry-run", "--compile-only", "--shape",
-          "8x8");
+START_TEST(test_dry_run_and_compile_only) {
+    USAGE("--dry-run and --compile-only exclude each other", NULL, "--dry-run", "--compile-only", "--shape", "8x8");
     USAGE("--dry-run and --compile-only exclude each other", NULL, "-c", "-s", "1x1", "-n");
 }
 END_TEST
 
-START_TEST(test_commands_usage)
-{
+START_TEST(test_commands_usage) {
     USAGE("unknown command 'frobnicate'", "show, export or import", "frobnicate");
     USAGE("unknown command 'tune'", NULL, "--shape", "8x8", "tune");
     USAGE("unknown command 'Show'", NULL, "Show");
@@ -374,8 +385,7 @@ START_TEST(test_commands_usage)
 }
 END_TEST
 
-START_TEST(test_shapes_file_errors)
-{
+START_TEST(test_shapes_file_errors) {
     const char *missing = tpath("no-such-shapes.txt");
     result r = RUN("--dry-run", "--shapes-file", missing);
     expect_failure(&r, EXIT_USAGE, "xent-tune: cannot open shapes file");
@@ -412,7 +422,10 @@ START_TEST(test_shapes_file_errors)
 
     /* A NUL byte is an error naming its line: the line read to it alone
      * would drop the rest unread (fuzz_shapes_file found "1x1\0..." taken as 1x1). */
-    write_file(bad, "4x4\n1x1\0" "9x9\n2x2\n", 16);
+    write_file(bad,
+               "4x4\n1x1\0"
+               "9x9\n2x2\n",
+               16);
     r = RUN("--dry-run", "-f", bad);
     expect_usage(&r, ":2: holds a NUL byte", bad);
     result_free(&r);
@@ -426,8 +439,7 @@ START_TEST(test_shapes_file_errors)
     size_t len = 4097 * 4;
     char *many = malloc(len + 1);
     ck_assert_ptr_nonnull(many);
-    for (size_t i = 0; i < 4097; i++)
-        memcpy(many + 4 * i, "1x1\n", 4);
+    for (size_t i = 0; i < 4097; i++) memcpy(many + 4 * i, "1x1\n", 4);
     write_file(bad, many, len);
     free(many);
     r = RUN("--dry-run", "-f", bad);
@@ -438,8 +450,7 @@ END_TEST
 
 /* ---- help and version ----------------------------------------------------------- */
 
-START_TEST(test_help)
-{
+START_TEST(test_help) {
     const char *forms[] = {"--help", "-h"};
     for (int i = 0; i < 2; i++) {
         /* --help wins even over a mistake that comes later. */
@@ -447,25 +458,23 @@ START_TEST(test_help)
         expect_code(&r, 0);
         ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
         ck_assert_msg(strncmp(r.out, "usage: xent-tune ", 17) == 0, "%s: no usage line:\n%s", r.cmd, r.out);
-        const char *needles[] = {"--shape NxC", "--shapes-file", "--dtype", "--dry-run", "--compile-only",
-                                 "--arch", "--db", "show", "export --gpu KEY", "import FILE"};
-        for (size_t k = 0; k < sizeof needles / sizeof needles[0]; k++)
-            expect_in("usage", r.out, needles[k], &r);
+        const char *needles[] = {"--shape NxC", "--shapes-file", "--dtype", "--dry-run",        "--compile-only",
+                                 "--arch",      "--db",          "show",    "export --gpu KEY", "import FILE"};
+        for (size_t k = 0; k < sizeof needles / sizeof needles[0]; k++) expect_in("usage", r.out, needles[k], &r);
         result_free(&r);
     }
 }
 END_TEST
 
-START_TEST(test_version)
-{
+START_TEST(test_version) {
     const char *forms[] = {"--version", "-V"};
     for (int i = 0; i < 2; i++) {
         result r = RUN(forms[i]);
         expect_code(&r, 0);
         ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
         int a, b, c, t, end = -1;
-        ck_assert_msg(sscanf(r.out, "xent-tune %d.%d.%d (template %d)\n%n", &a, &b, &c, &t, &end) == 4 && end > 0
-                          && (size_t)end == r.out_len,
+        ck_assert_msg(sscanf(r.out, "xent-tune %d.%d.%d (template %d)\n%n", &a, &b, &c, &t, &end) == 4 && end > 0 &&
+                          (size_t)end == r.out_len,
                       "%s: bad version line '%s'", r.cmd, r.out);
         ck_assert_int_eq(a * 10000 + b * 100 + c, XENT_VERSION);
         ck_assert_int_ge(t, 1);
@@ -476,8 +485,7 @@ END_TEST
 
 /* ---- --dry-run --------------------------------------------------------------------- */
 
-START_TEST(test_dry_run_one_shape)
-{
+START_TEST(test_dry_run_one_shape) {
     result r = RUN("--dry-run", "--shape", "32768x4096");
     expect_code(&r, 0);
     ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
@@ -506,8 +514,7 @@ START_TEST(test_dry_run_one_shape)
 }
 END_TEST
 
-START_TEST(test_dry_run_problem_options)
-{
+START_TEST(test_dry_run_problem_options) {
     result r = RUN("--dry-run", "-s", "64x1000", "-d", "bf16", "-t", "i32", "-r", "sum", "-w", "-l", "0.1", "--lse",
                    "-i", "-1", "--gpu", "a100", "--arch", "sm_80");
     expect_code(&r, 0);
@@ -524,8 +531,7 @@ START_TEST(test_dry_run_problem_options)
 }
 END_TEST
 
-START_TEST(test_dry_run_shapes_file)
-{
+START_TEST(test_dry_run_shapes_file) {
     static const char *const shapes[] = {"1x1", "4x7", "32768x4096", "8x50257", "1024x128"};
     const int nshapes = 5;
     const char *file = tpath("shapes.txt");
@@ -553,8 +559,7 @@ START_TEST(test_dry_run_shapes_file)
         ck_assert_int_eq(s.count, s1.count);
         for (int k = 0; k < s.count; k++)
             if (strcmp(s.configs[k], s1.configs[k]) != 0)
-                ck_abort_msg("%s: candidate %d differs alone: '%s' vs '%s'", r.cmd, k + 1, s.configs[k],
-                             s1.configs[k]);
+                ck_abort_msg("%s: candidate %d differs alone: '%s' vs '%s'", r.cmd, k + 1, s.configs[k], s1.configs[k]);
         ck_assert_str_eq(s.heuristic, s1.heuristic);
         free_lines(lines1);
         result_free(&one);
@@ -571,8 +576,7 @@ START_TEST(test_dry_run_shapes_file)
     section s;
     parse_section(lines, n, &at, &s, &r);
     ck_assert_str_eq(s.what, "2x3 f32 i64 mean");
-    for (int i = 0; i < nshapes; i++)
-        parse_section(lines, n, &at, &s, &r);
+    for (int i = 0; i < nshapes; i++) parse_section(lines, n, &at, &s, &r);
     parse_section(lines, n, &at, &s, &r);
     ck_assert_str_eq(s.what, "5x6 f32 i64 mean");
     ck_assert_int_eq(at, n);
@@ -592,8 +596,7 @@ END_TEST
 /* Most candidates a sample may have, to keep the suite short. */
 #define SAMPLE_MAX 300
 
-static void compile_sample(const char *shape, const char *dtype, const char *what)
-{
+static void compile_sample(const char *shape, const char *dtype, const char *what) {
     /* How many candidates, per the dry run. */
     result dry = RUN("--dry-run", "--shape", shape, "--dtype", dtype);
     expect_code(&dry, 0);
@@ -601,8 +604,7 @@ static void compile_sample(const char *shape, const char *dtype, const char *wha
     char **dl = split_lines(dry.out, &nd);
     section ds;
     parse_section(dl, nd, &atd, &ds, &dry);
-    ck_assert_msg(ds.count <= SAMPLE_MAX, "sample %s %s has %d candidates: too many for CI", shape, dtype,
-                  ds.count);
+    ck_assert_msg(ds.count <= SAMPLE_MAX, "sample %s %s has %d candidates: too many for CI", shape, dtype, ds.count);
 
     double t0 = now_s();
     result r = RUN_T(COMPILE_S, "--compile-only", "--arch", "sm_90", "--shape", shape, "--dtype", dtype);
@@ -620,9 +622,8 @@ static void compile_sample(const char *shape, const char *dtype, const char *wha
     ck_assert_msg(n >= 2, "%s: output too short:\n%s", r.cmd, r.out);
     ck_assert_str_eq(lines[0], head);
     char c1[16], c2[16], c3[16], c4[16], c5[16];
-    ck_assert_msg(sscanf(lines[1], "%15s %15s %15s %15s %15s", c1, c2, c3, c4, c5) == 5 && !strcmp(c1, "regs")
-                      && !strcmp(c2, "spill") && !strcmp(c3, "stack") && !strcmp(c4, "smem")
-                      && !strcmp(c5, "config"),
+    ck_assert_msg(sscanf(lines[1], "%15s %15s %15s %15s %15s", c1, c2, c3, c4, c5) == 5 && !strcmp(c1, "regs") &&
+                      !strcmp(c2, "spill") && !strcmp(c3, "stack") && !strcmp(c4, "smem") && !strcmp(c5, "config"),
                   "%s: bad column header '%s'", r.cmd, lines[1]);
     ck_assert_msg(n == ds.count + 2, "%s: %d lines for %d candidates", r.cmd, n, ds.count);
     int spilling = 0;
@@ -641,8 +642,7 @@ static void compile_sample(const char *shape, const char *dtype, const char *wha
             spilling++;
         }
     }
-    ck_assert_msg(spilling == 0, "%s: %d of %d candidates spill registers (listed above)", r.cmd, spilling,
-                  ds.count);
+    ck_assert_msg(spilling == 0, "%s: %d of %d candidates spill registers (listed above)", r.cmd, spilling, ds.count);
     fprintf(stderr, "check_cli: --compile-only %s %s: %d candidates in %.1f s\n", shape, dtype, ds.count, took);
 
     /* Again: from the kernel cache now, the same report; -q, nothing on stderr. */
@@ -659,25 +659,19 @@ static void compile_sample(const char *shape, const char *dtype, const char *wha
     result_free(&dry);
 }
 
-START_TEST(test_compile_only_1x1)
-{
-    compile_sample("1x1", "f32", "1x1 f32 i64 mean");
-}
+START_TEST(test_compile_only_1x1) { compile_sample("1x1", "f32", "1x1 f32 i64 mean"); }
 END_TEST
 
-START_TEST(test_compile_only_4x7_bf16)
-{
-    compile_sample("4x7", "bf16", "4x7 bf16 i64 mean");
-}
+START_TEST(test_compile_only_4x7_bf16) { compile_sample("4x7", "bf16", "4x7 bf16 i64 mean"); }
 END_TEST
 
 /* --config: exactly the configs given, in order, each checked against the
  * problem before anything is compiled or timed. */
-START_TEST(test_config_option)
-{
+START_TEST(test_config_option) {
     const char *a = "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3";
     /* b as a cache written before ASYNC was retired holds it */
-    const char *b = "VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 PREFETCH=0 ASYNC=0 POLY=8";
+    const char *b =
+        "VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 PREFETCH=0 ASYNC=0 POLY=8";
     result r = RUN("--dry-run", "--shape", "32768x4096", "--config", a);
     expect_code(&r, 0);
     int n, at = 0;
@@ -701,8 +695,8 @@ START_TEST(test_config_option)
     result_free(&r);
 
     USAGE("--config 'VEC=3': VEC: illegal value '3'", NULL, "--dry-run", "-s", "8x8", "--config", "VEC=3");
-    USAGE("cannot run 32768x4096 f32 i64 mean", "POLY takes 16-bit logits", "--dry-run", "-s", "32768x4096",
-          "--config", "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 POLY=8");
+    USAGE("cannot run 32768x4096 f32 i64 mean", "POLY takes 16-bit logits", "--dry-run", "-s", "32768x4096", "--config",
+          "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 POLY=8");
     USAGE("cannot run 8x8 f32 i64 mean", "PERSIST=2 with a sum or mean needs SPLIT > 1", "--dry-run", "-s", "8x8",
           "--config", "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=2");
     USAGE("--config and --exhaustive exclude each other", NULL, "-s", "8x8", "--config", a, "--exhaustive");
@@ -711,21 +705,18 @@ END_TEST
 
 /* ---- tuning without a GPU ------------------------------------------------------------ */
 
-static int driver_loadable(void)
-{
+static int driver_loadable(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h)
-        dlclose(h);
+    if (h) dlclose(h);
     return h != NULL;
 }
 
-START_TEST(test_tune_without_gpu)
-{
+START_TEST(test_tune_without_gpu) {
     const char *db = tpath("tune.db");
     const char *variants[][2] = {{"--gpu", "auto"}, {"--gpu", "h200"}};
     for (int i = 0; i < 2; i++) {
-        result r = RUN_T(COMPILE_S, "--shape", "8x8", "--db", db, "--budget", "1", "--quiet", variants[i][0],
-                         variants[i][1]);
+        result r =
+            RUN_T(COMPILE_S, "--shape", "8x8", "--db", db, "--budget", "1", "--quiet", variants[i][0], variants[i][1]);
         if (driver_loadable()) {
             /* A driver is here: whatever the outcome, the usage was fine. */
             ck_assert_msg(r.code != EXIT_USAGE, "%s: exit 2 on good usage: %s", r.cmd, r.err);
@@ -743,8 +734,7 @@ END_TEST
 
 /* ---- the tune cache commands ------------------------------------------------------------ */
 
-static tc_key mkkey(const char *gpu, int sms, int64_t n, int64_t c)
-{
+static tc_key mkkey(const char *gpu, int sms, int64_t n, int64_t c) {
     tc_key k;
     memset(&k, 0, sizeof k);
     snprintf(k.gpu, sizeof k.gpu, "%s", gpu);
@@ -760,8 +750,7 @@ static tc_key mkkey(const char *gpu, int sms, int64_t n, int64_t c)
     return k;
 }
 
-static tc_entry mkentry(const char *config, double us, double gbps)
-{
+static tc_entry mkentry(const char *config, double us, double gbps) {
     tc_entry e;
     memset(&e, 0, sizeof e);
     snprintf(e.config, sizeof e.config, "%s", config);
@@ -778,8 +767,7 @@ static tc_entry mkentry(const char *config, double us, double gbps)
 #define CFG_C "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0"
 
 /* An export made by the library: two h200 winners and one a100 winner. */
-static void library_export(const char *sql_path)
-{
+static void library_export(const char *sql_path) {
     char err[512];
     tc_db *db;
     ck_assert_msg(tc_open(tpath("source.db"), 0, &db, err, sizeof err) == XENT_OK, "%s", err);
@@ -798,8 +786,7 @@ static void library_export(const char *sql_path)
 }
 
 /* The rows `show` printed: count from the "N entries" line, checked against the rows. */
-static int show_count(const char *db, const char *gpu, result *keep)
-{
+static int show_count(const char *db, const char *gpu, result *keep) {
     result r = gpu ? RUN("show", "--db", db, "--gpu", gpu) : RUN("show", "--db", db);
     expect_code(&r, 0);
     int n, rows = -1;
@@ -807,8 +794,7 @@ static int show_count(const char *db, const char *gpu, result *keep)
     ck_assert_msg(n >= 1, "%s: no output", r.cmd);
     const char *last = lines[n - 1];
     char word[16];
-    ck_assert_msg(sscanf(last, "%d %15s", &rows, word) == 2
-                      && !strcmp(word, rows == 1 ? "entry" : "entries"),
+    ck_assert_msg(sscanf(last, "%d %15s", &rows, word) == 2 && !strcmp(word, rows == 1 ? "entry" : "entries"),
                   "%s: bad last line '%s'", r.cmd, last);
     /* A header line when there are rows, then one line per row. */
     ck_assert_int_eq(n, rows ? rows + 2 : 1);
@@ -821,9 +807,8 @@ static int show_count(const char *db, const char *gpu, result *keep)
 }
 
 /* The show row for (n, c) of gpu: checks its fields, returns 1 if present. */
-static int show_has(const result *r, const char *gpu, int arch, int sms, long long n, long long c,
-                    const char *config, double us)
-{
+static int show_has(const result *r, const char *gpu, int arch, int sms, long long n, long long c, const char *config,
+                    double us) {
     int nl, found = 0;
     char **lines = split_lines(r->out, &nl);
     for (int i = 1; i < nl - 1; i++) {
@@ -831,11 +816,11 @@ static int show_has(const result *r, const char *gpu, int arch, int sms, long lo
         int a, s, opt, off = -1;
         long long rn, rc;
         double rus, gbps;
-        if (sscanf(lines[i], "%31s sm_%d %d %7s %7s %7s %d %lld %lld %lf %lf  %n", g, &a, &s, dt, tg, rd, &opt,
-                   &rn, &rc, &rus, &gbps, &off) != 11 || off < 0)
+        if (sscanf(lines[i], "%31s sm_%d %d %7s %7s %7s %d %lld %lld %lf %lf  %n", g, &a, &s, dt, tg, rd, &opt, &rn,
+                   &rc, &rus, &gbps, &off) != 11 ||
+            off < 0)
             ck_abort_msg("%s: bad row '%s'", r->cmd, lines[i]);
-        if (strcmp(g, gpu) || rn != n || rc != c)
-            continue;
+        if (strcmp(g, gpu) || rn != n || rc != c) continue;
         found = 1;
         ck_assert_int_eq(a, arch);
         ck_assert_int_eq(s, sms);
@@ -849,8 +834,7 @@ static int show_has(const result *r, const char *gpu, int arch, int sms, long lo
     return found;
 }
 
-START_TEST(test_show_missing_db)
-{
+START_TEST(test_show_missing_db) {
     /* No file yet (a fresh machine): an empty cache, said so. */
     const char *db = tpath("missing.db");
     result r = RUN("show", "--db", db);
@@ -893,8 +877,7 @@ START_TEST(test_show_missing_db)
 }
 END_TEST
 
-START_TEST(test_import_handwritten)
-{
+START_TEST(test_import_handwritten) {
     const char *sql = tpath("two.sql");
     write_text(sql,
                "-- two winners, written by hand\n"
@@ -931,8 +914,7 @@ START_TEST(test_import_handwritten)
 }
 END_TEST
 
-START_TEST(test_export_import_roundtrip)
-{
+START_TEST(test_export_import_roundtrip) {
     const char *all = tpath("all.sql"), *a = tpath("a.db"), *b = tpath("b.db");
     library_export(all);
     result r = RUN("import", all, "--db", a);
@@ -1007,8 +989,7 @@ START_TEST(test_export_import_roundtrip)
 }
 END_TEST
 
-START_TEST(test_import_malformed)
-{
+START_TEST(test_import_malformed) {
     const char *good = tpath("good.sql"), *db = tpath("m.db");
     library_export(good);
     result r = RUN("import", good, "--db", db);
@@ -1073,8 +1054,7 @@ START_TEST(test_import_malformed)
 END_TEST
 
 /* Deterministic junk, so a failure reproduces. */
-static void random_bytes(char *buf, size_t n, unsigned seed)
-{
+static void random_bytes(char *buf, size_t n, unsigned seed) {
     unsigned x = seed;
     for (size_t i = 0; i < n; i++) {
         x = x * 1103515245u + 12345u;
@@ -1082,8 +1062,7 @@ static void random_bytes(char *buf, size_t n, unsigned seed)
     }
 }
 
-START_TEST(test_corrupt_db)
-{
+START_TEST(test_corrupt_db) {
     const char *db = tpath("junk.db");
     char junk[16384];
     random_bytes(junk, sizeof junk, 42);
@@ -1115,8 +1094,7 @@ START_TEST(test_corrupt_db)
 }
 END_TEST
 
-START_TEST(test_foreign_and_truncated_db)
-{
+START_TEST(test_foreign_and_truncated_db) {
     /* A SQLite file that is not a tune cache. */
     const char *foreign = tpath("foreign.db");
     sqlite3 *s;
@@ -1143,8 +1121,7 @@ START_TEST(test_foreign_and_truncated_db)
     ck_assert_int_eq(truncate(db, 4096 + 100), 0);
     r = RUN("show", "--db", db);
     expect_code(&r, EXIT_CACHE);
-    ck_assert_msg(r.out_len == 0 || strstr(r.out, "entries") == NULL, "%s: listed a truncated file:\n%s", r.cmd,
-                  r.out);
+    ck_assert_msg(r.out_len == 0 || strstr(r.out, "entries") == NULL, "%s: listed a truncated file:\n%s", r.cmd, r.out);
     expect_in("stderr", r.err, "xent-tune: tune cache ", &r);
     expect_in("stderr", r.err, db, &r);
     ck_assert_msg(strstr(r.err, "malformed") || strstr(r.err, "not a database"),
@@ -1153,11 +1130,9 @@ START_TEST(test_foreign_and_truncated_db)
 }
 END_TEST
 
-
 /* export --output replaces the file whole or not at all: a failed export
  * leaves the old file and no temporary beside it. */
-START_TEST(test_export_output_atomic)
-{
+START_TEST(test_export_output_atomic) {
     const char *sql = tpath("all.sql"), *db = tpath("x.db"), *out = tpath("out/h200.sql");
     library_export(sql);
     result r = RUN("import", sql, "--db", db);
@@ -1181,8 +1156,8 @@ START_TEST(test_export_output_atomic)
     /* a cache with a row export cannot write: the same */
     sqlite3 *s;
     ck_assert_int_eq(sqlite3_open(db, &s), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(s, "UPDATE tune SET config = printf('%.500c', 'x') WHERE n = 32768", NULL, NULL,
-                                  NULL), SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_exec(s, "UPDATE tune SET config = printf('%.500c', 'x') WHERE n = 32768", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(s);
     r = RUN("export", "--gpu", "h200", "--db", db, "--output", out);
     expect_code(&r, EXIT_CACHE);
@@ -1195,8 +1170,7 @@ START_TEST(test_export_output_atomic)
     int n = 0;
     DIR *d = opendir(tpath("out"));
     ck_assert_ptr_nonnull(d);
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
     closedir(d);
     ck_assert_int_eq(n, 1);
 
@@ -1213,10 +1187,8 @@ START_TEST(test_export_output_atomic)
 }
 END_TEST
 
-
 /* Output that cannot be written is a failure, with the reason. */
-START_TEST(test_stdout_write_error)
-{
+START_TEST(test_stdout_write_error) {
     const char *sql = tpath("all.sql"), *db = tpath("w.db");
     library_export(sql);
     result r = RUN("import", sql, "--db", db);
@@ -1240,8 +1212,7 @@ START_TEST(test_stdout_write_error)
 END_TEST
 
 /* A cache path too long to use is named as such, with where it came from. */
-START_TEST(test_long_cache_path)
-{
+START_TEST(test_long_cache_path) {
     static char env[5000], db[5000];
     strcpy(env, "XENT_TUNECACHE=/");
     memset(env + 16, 'a', 4200);
@@ -1266,8 +1237,7 @@ END_TEST
 
 /* ---- suite ---------------------------------------------------------------------------------- */
 
-static Suite *cli_suite(void)
-{
+static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     const scratch_test groups[] = {
         {"usage", 60, test_no_shape},
@@ -1311,8 +1281,7 @@ static Suite *cli_suite(void)
     return s;
 }
 
-int main(void)
-{
+int main(void) {
     strcpy(rundir, "/tmp/check_cli.XXXXXX");
     if (!mkdtemp(rundir)) {
         perror("check_cli: mkdtemp");

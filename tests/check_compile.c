@@ -162,7 +162,7 @@ END_TEST
 
 START_TEST(heuristic_configs_compile) {
     const long long shapes[][2] = {{32768, 4096}, {4096, 32000}, {8192, 128256}, {16384, 50257},
-                                   {64, 262144}, {1048576, 10}, {1, 1}, {3, 7}};
+                                   {64, 262144},  {1048576, 10}, {1, 1},         {3, 7}};
     for (int d = 0; d < 3; d++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             xent_problem p;
@@ -239,8 +239,8 @@ END_TEST
 START_TEST(compile_error_keeps_the_log) {
     xent_cubin bin;
     char err[4096];
-    int rc = xent_nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing = 1; }", ARCH, &bin, err,
-                                sizeof err);
+    int rc =
+        xent_nvrtc_compile("extern \"C\" __global__ void k() { undeclared_thing = 1; }", ARCH, &bin, err, sizeof err);
     ck_assert_int_eq(rc, XENT_ECOMPILE);
     ck_assert_ptr_null(bin.data);
     ck_assert_ptr_nonnull(strstr(err, "undeclared_thing"));
@@ -316,15 +316,15 @@ static const struct {
     const char *a, *b;
     int same;
 } code_pairs[] = {
-    {"int x = 1;", "int  x=1;", 0},                       /* a space dropped between tokens is code */
+    {"int x = 1;", "int  x=1;", 0}, /* a space dropped between tokens is code */
     {"int x = 1;", "int x = 1; // why", 1},
     {"int x = 1;", "/* why,\n * at length */\nint x = 1;", 1},
-    {"int x = 1;", "int\tx\n  = 1;", 1},                    /* layout */
+    {"int x = 1;", "int\tx\n  = 1;", 1}, /* layout */
     {"a /**/ b", "a b", 1},
-    {"a/**/b", "a b", 1},                                  /* a comment separates tokens */
+    {"a/**/b", "a b", 1}, /* a comment separates tokens */
     {"a/**/b", "ab", 0},
     {"int x = 1;", "int x = 2;", 0},
-    {"s = \"a  b\";", "s = \"a b\";", 0},                  /* spaces inside a string are code */
+    {"s = \"a  b\";", "s = \"a b\";", 0}, /* spaces inside a string are code */
     {"s = \"/* not a comment */\";", "s = \"\";", 0},
     {"s = \"\\\" // still a string\";", "s = \"\\\"\";", 0}, /* an escaped quote keeps the string open */
     {"c = '\"'; // why", "c = '\"';", 1},
@@ -489,10 +489,10 @@ START_TEST(kernel_cache_recompiles_a_damaged_entry) {
     ck_assert_ptr_nonnull(bad);
     size_t bad_len = apply_damage(d->kind, good, len, bad);
     write_file(path, bad, bad_len);
-    get_in_child(&p, 0);  /* noticed: compiled again */
+    get_in_child(&p, 0); /* noticed: compiled again */
     unsigned char *again = (unsigned char *)read_all(path, &len2);
     ck_assert_msg(len2 == len && !memcmp(again, good, len), "%s: the file was not rewritten whole", d->what);
-    get_in_child(&p, 2);  /* and the rewritten file is used */
+    get_in_child(&p, 2); /* and the rewritten file is used */
     free(good);
     free(bad);
     free(again);

@@ -19,7 +19,7 @@
 /* ---- problem checks: one row a field ---- */
 
 typedef struct bad_case {
-    const char *why;   /* a word the message must hold */
+    const char *why; /* a word the message must hold */
     void (*set)(xent_problem *p);
 } bad_case;
 
@@ -37,10 +37,10 @@ static void combine_zero(xent_problem *p) { p->op = XENT_OP_COMBINE; }
 static void shards_stray(xent_problem *p) { p->shards = 2; }
 
 static const bad_case bad[] = {
-    {"op", op_unknown},          {"z_loss", z_negative},   {"z_loss", z_nan},
-    {"weights", z_weights},      {"softcap", cap_negative}, {"vocab", vocab_small},
+    {"op", op_unknown},           {"z_loss", z_negative},         {"z_loss", z_nan},
+    {"weights", z_weights},       {"softcap", cap_negative},      {"vocab", vocab_small},
     {"class_offset", offset_out}, {"class_offset", offset_alone}, {"weights", shard_weights},
-    {"shard", shard_fused},      {"shards", combine_zero}, {"shards", shards_stray},
+    {"shard", shard_fused},       {"shards", combine_zero},       {"shards", shards_stray},
 };
 
 START_TEST(bad_training_fields_are_refused) {
@@ -77,9 +77,12 @@ typedef struct ref_case {
 } ref_case;
 
 static const ref_case refs[] = {
-    {5, 7, XENT_REDUCE_MEAN, 0, 0, 0, 0},      {4, 9, XENT_REDUCE_SUM, 1, 0, 0, 0},
-    {6, 5, XENT_REDUCE_NONE, 0, 0.2f, 0, 0},   {3, 8, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0},
-    {4, 6, XENT_REDUCE_MEAN, 0, 0, 0.01f, 0},  {5, 6, XENT_REDUCE_SUM, 0, 0, 0, 2.0f},
+    {5, 7, XENT_REDUCE_MEAN, 0, 0, 0, 0},
+    {4, 9, XENT_REDUCE_SUM, 1, 0, 0, 0},
+    {6, 5, XENT_REDUCE_NONE, 0, 0.2f, 0, 0},
+    {3, 8, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0},
+    {4, 6, XENT_REDUCE_MEAN, 0, 0, 0.01f, 0},
+    {5, 6, XENT_REDUCE_SUM, 0, 0, 0, 2.0f},
     {4, 11, XENT_REDUCE_MEAN, 0, 0.1f, 0.02f, 3.0f},
 };
 
@@ -129,8 +132,8 @@ START_TEST(reference_gradient_is_the_derivative) {
         double down = ref_objective(&r);
         r.x[k] = x0;
         double fd = (up - down) / (2.0 * h);
-        ck_assert_msg(fabs(fd - g[k]) <= 2e-3 * (fabs(g[k]) + 1e-2), "case %d element %d: %g, differences %g", _i,
-                      k, g[k], fd);
+        ck_assert_msg(fabs(fd - g[k]) <= 2e-3 * (fabs(g[k]) + 1e-2), "case %d element %d: %g, differences %g", _i, k,
+                      g[k], fd);
     }
 }
 END_TEST
@@ -223,7 +226,11 @@ END_TEST
 
 /* The grad family refuses the fwd family's knobs and clusters past 8. */
 START_TEST(grad_legality) {
-    static const struct { const char *cfg; int ok; const char *why; } t[] = {
+    static const struct {
+        const char *cfg;
+        int ok;
+        const char *why;
+    } t[] = {
         {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0", 1, ""},
         {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "PASSES"},
         {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=16 PERSIST=0", 0, "cluster"},

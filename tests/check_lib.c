@@ -17,22 +17,22 @@
 #include "xent.h"
 
 /* A program of the public API, as a user writes one. */
-#define USER_PROGRAM                                                                                     \
-    "cat > \"$T/user.c\" <<'EOF'\n"                                                                      \
-    "#include <stdio.h>\n"                                                                               \
-    "#include <xent.h>\n"                                                                                \
-    "int main(void) {\n"                                                                                 \
-    "    xent_problem p;\n"                                                                              \
-    "    xent_problem_init(&p, 8, 100);\n"                                                               \
-    "    printf(\"version %d header %d check %s\\n\", xent_version(), XENT_VERSION,\n"                   \
-    "           xent_errstr(xent_problem_check(&p, NULL, 0)));\n"                                        \
-    "    return xent_version() == XENT_VERSION ? 0 : 1;\n"                                               \
-    "}\n"                                                                                                \
+#define USER_PROGRAM                                                                                                   \
+    "cat > \"$T/user.c\" <<'EOF'\n"                                                                                    \
+    "#include <stdio.h>\n"                                                                                             \
+    "#include <xent.h>\n"                                                                                              \
+    "int main(void) {\n"                                                                                               \
+    "    xent_problem p;\n"                                                                                            \
+    "    xent_problem_init(&p, 8, 100);\n"                                                                             \
+    "    printf(\"version %d header %d check %s\\n\", xent_version(), XENT_VERSION,\n"                                 \
+    "           xent_errstr(xent_problem_check(&p, NULL, 0)));\n"                                                      \
+    "    return xent_version() == XENT_VERSION ? 0 : 1;\n"                                                             \
+    "}\n"                                                                                                              \
     "EOF\n"
 
 /* pkg-config's flags for the build tree rather than the PREFIX it names. */
-#define PKG_CONFIG                                                                                       \
-    "PKG_CONFIG_PATH=\"$XENT_BUILD\" pkg-config --define-variable=libdir=\"$XENT_BUILD\" "              \
+#define PKG_CONFIG                                                                                                     \
+    "PKG_CONFIG_PATH=\"$XENT_BUILD\" pkg-config --define-variable=libdir=\"$XENT_BUILD\" "                             \
     "--define-variable=includedir=\"$PWD/include\" "
 
 static const shell_case cases[] = {
@@ -42,26 +42,26 @@ static const shell_case cases[] = {
      "test -s \"$T/declared\" && diff \"$T/declared\" \"$T/exported\"",
      0, NULL, NULL},
     {"the tuner is not in the shared library",
-     "nm \"$XENT_BUILD/libxent.so\" | grep -E ' (xent_tune|tune_bufs_create|xent_ref_forward|xent_compile_many)$'",
-     1, NULL, NULL},
+     "nm \"$XENT_BUILD/libxent.so\" | grep -E ' (xent_tune|tune_bufs_create|xent_ref_forward|xent_compile_many)$'", 1,
+     NULL, NULL},
     {"the SONAME is libxent.so.<major>",
      "readelf -d \"$XENT_BUILD/libxent.so\" | grep -F \"Library soname: [$XENT_SONAME]\"", 0, NULL, NULL},
-    {"the SONAME link is beside the library",
-     "test \"$(readlink \"$XENT_BUILD/$XENT_SONAME\")\" = libxent.so", 0, NULL, NULL},
+    {"the SONAME link is beside the library", "test \"$(readlink \"$XENT_BUILD/$XENT_SONAME\")\" = libxent.so", 0, NULL,
+     NULL},
     {"no RUNPATH but the one the build was asked for",
      "readelf -d \"$XENT_BUILD/libxent.so\" | grep -E 'R(UN)?PATH' | grep -vF \"[$XENT_RPATH]\"", 1, NULL, NULL},
-    {"pkg-config knows xent's version",
-     "test \"$(" PKG_CONFIG "--modversion xent)\" = \"$XENT_VERSION_TEXT\"", 0, NULL, NULL},
+    {"pkg-config knows xent's version", "test \"$(" PKG_CONFIG "--modversion xent)\" = \"$XENT_VERSION_TEXT\"", 0, NULL,
+     NULL},
     {"a program built with pkg-config's flags runs and reports the version",
      USER_PROGRAM "cc $XENT_LINK_FLAGS -std=c99 -Wall -Wextra -pedantic -Werror -o \"$T/user\" \"$T/user.c\" "
-     "$(" PKG_CONFIG "--cflags --libs xent) && LD_LIBRARY_PATH=\"$XENT_BUILD\" \"$T/user\"",
+                  "$(" PKG_CONFIG "--cflags --libs xent) && LD_LIBRARY_PATH=\"$XENT_BUILD\" \"$T/user\"",
      0, "check success", NULL},
     {"the library's insides cannot be linked",
      "printf 'int tc_open(void);\\nint main(void) { return tc_open(); }\\n' > \"$T/inside.c\" && "
      "cc $XENT_LINK_FLAGS -o \"$T/inside\" \"$T/inside.c\" -L\"$XENT_BUILD\" -lxent",
      SHELL_ANY_FAILURE, "tc_open", NULL},
-    {"the example includes the public header alone",
-     "grep -n '#include \"' tools/example.c | grep -v '\"xent.h\"'", 1, NULL, NULL},
+    {"the example includes the public header alone", "grep -n '#include \"' tools/example.c | grep -v '\"xent.h\"'", 1,
+     NULL, NULL},
 };
 
 START_TEST(shell_row) { shell_check(&cases[_i]); }

@@ -78,29 +78,32 @@ typedef struct lookup_case {
     const char *gpu;
     int arch, sm;
     int64_t n, c;
-    int stale;              /* the shipped h200.sql made by another template */
-    const char *user;       /* an exact user entry for the presented GPU, or NULL */
+    int stale;        /* the shipped h200.sql made by another template */
+    const char *user; /* an exact user entry for the presented GPU, or NULL */
     xent_source source;
-    const char *cache;      /* "" for the heuristic */
-    const char *config;     /* NULL: the heuristic's for this problem */
-    const char *note;       /* in the note, or NULL for an empty note */
-    const char *kind;       /* the problem's kind (apply_kind), NULL: i64 mean */
+    const char *cache;  /* "" for the heuristic */
+    const char *config; /* NULL: the heuristic's for this problem */
+    const char *note;   /* in the note, or NULL for an empty note */
+    const char *kind;   /* the problem's kind (apply_kind), NULL: i64 mean */
 } lookup_case;
 
 static const lookup_case cases[] = {
     {"h200 exact", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL, NULL},
     {"h200 nearest", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL, NULL},
     {"h100 from h200", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
-    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
-    {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
-     NULL, NULL},
+    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL,
+     NULL},
+    {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL,
+     NULL},
     {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
-    {"h100 user first", "h100", 90, 132, 32768, 4096, 0, "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-     XENT_SOURCE_USER_DB, "user", "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL, NULL},
-    {"user unparsable", "h200", 90, 132, 32768, 4096, 0, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200",
-     H200_32768x4096, "user 32768x4096: config does not parse", NULL},
-    {"user unfit", "h100", 90, 132, 32768, 4096, 0, "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
-     XENT_SOURCE_ARCH, "h200", H200_32768x4096, "user 32768x4096: config does not fit", NULL},
+    {"h100 user first", "h100", 90, 132, 32768, 4096, 0,
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", XENT_SOURCE_USER_DB, "user",
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL, NULL},
+    {"user unparsable", "h200", 90, 132, 32768, 4096, 0, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200", H200_32768x4096,
+     "user 32768x4096: config does not parse", NULL},
+    {"user unfit", "h100", 90, 132, 32768, 4096, 0,
+     "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1", XENT_SOURCE_ARCH, "h200",
+     H200_32768x4096, "user 32768x4096: config does not fit", NULL},
     {"other arch", "l40s", 89, 142, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL, NULL},
     {"h200 stale", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096: stale: made by template feedfacefeedface", NULL},
@@ -123,21 +126,31 @@ static void apply_kind(xent_problem *p, const char *kind) {
     char words[128];
     snprintf(words, sizeof words, "%s", kind ? kind : "");
     for (char *w = strtok(words, " "); w; w = strtok(NULL, " ")) {
-        if (!strcmp(w, "i32")) p->targets = XENT_I32;
-        else if (!strcmp(w, "none")) p->reduction = XENT_REDUCE_NONE;
-        else if (!strcmp(w, "sum")) p->reduction = XENT_REDUCE_SUM;
-        else if (!strcmp(w, "weights")) p->has_weights = 1;
-        else if (!strcmp(w, "smoothing")) p->label_smoothing = 0.1f;
-        else if (!strcmp(w, "lse")) p->write_lse = 1;
-        else if (!strcmp(w, "strided")) p->row_stride = p->c + 64;
-        else ck_abort_msg("unknown kind word '%s'", w);
+        if (!strcmp(w, "i32"))
+            p->targets = XENT_I32;
+        else if (!strcmp(w, "none"))
+            p->reduction = XENT_REDUCE_NONE;
+        else if (!strcmp(w, "sum"))
+            p->reduction = XENT_REDUCE_SUM;
+        else if (!strcmp(w, "weights"))
+            p->has_weights = 1;
+        else if (!strcmp(w, "smoothing"))
+            p->label_smoothing = 0.1f;
+        else if (!strcmp(w, "lse"))
+            p->write_lse = 1;
+        else if (!strcmp(w, "strided"))
+            p->row_stride = p->c + 64;
+        else
+            ck_abort_msg("unknown kind word '%s'", w);
     }
 }
 
 static void config_text(const char *text, const xent_problem *p, int sm, char *buf, size_t len) {
     xent_config cfg;
-    if (text) ck_assert_int_eq(xent_config_parse(text, &cfg, NULL, 0), XENT_OK);
-    else xent_config_heuristic(p, sm, &cfg);
+    if (text)
+        ck_assert_int_eq(xent_config_parse(text, &cfg, NULL, 0), XENT_OK);
+    else
+        xent_config_heuristic(p, sm, &cfg);
     xent_config_format(&cfg, buf, len);
 }
 
@@ -166,8 +179,10 @@ START_TEST(lookup_for_presented_gpu) {
     ck_assert_msg(src == t->source, "%s: source %d, want %d (note: %s)", t->name, src, t->source, a.note);
     ck_assert_msg(!strcmp(a.cache, t->cache), "%s: cache '%s', want '%s'", t->name, a.cache, t->cache);
     ck_assert_msg(!strcmp(got, want), "%s: config %s, want %s", t->name, got, want);
-    if (t->note) ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
-    else ck_assert_msg(a.note[0] == 0, "%s: note '%s'", t->name, a.note);
+    if (t->note)
+        ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
+    else
+        ck_assert_msg(a.note[0] == 0, "%s: note '%s'", t->name, a.note);
 }
 END_TEST
 
@@ -184,11 +199,11 @@ typedef struct kind_entry {
 
 typedef struct kind_case {
     const char *name;
-    const char *kind;       /* the problem's (apply_kind) */
+    const char *kind; /* the problem's (apply_kind) */
     int64_t n, c;
-    kind_entry entries[3];  /* ended by a NULL config */
-    int want;               /* index of the entry that answers; -1: the heuristic */
-    const char *note;       /* in the note (NULL: no check) */
+    kind_entry entries[3]; /* ended by a NULL config */
+    int want;              /* index of the entry that answers; -1: the heuristic */
+    const char *note;      /* in the note (NULL: no check) */
 } kind_case;
 
 #define CFG_A "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
@@ -200,35 +215,80 @@ typedef struct kind_case {
 #define CFG_TILE "VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"
 
 static const kind_case kind_cases[] = {
-    {"own kind at any shape first", "sum", 1024, 4096,
-     {{"sum", 8, 100, CFG_A}, {"", 1024, 4096, CFG_B}}, 0, NULL},
-    {"mean before none for a sum", "sum", 1024, 4096,
-     {{"none", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, "answered by user 65536x4096 i64 mean"},
-    {"sum before none for a mean", "", 1024, 4096,
-     {{"none", 1024, 4096, CFG_A}, {"sum", 8, 100, CFG_B}}, 1, "answered by user 8x100 i64 sum"},
-    {"targets before reduction", "i32", 1024, 4096,
-     {{"i32 sum", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, "answered by user 65536x4096 i64 mean"},
-    {"lse before reduction", "lse", 1024, 4096,
-     {{"sum lse", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, NULL},
-    {"reduction before weights", "weights", 1024, 4096,
-     {{"", 1024, 4096, CFG_A}, {"sum weights", 65536, 4096, CFG_B}}, 1, "i64 sum weights"},
-    {"weights before none", "", 1024, 4096,
-     {{"none", 1024, 4096, CFG_A}, {"weights", 65536, 4096, CFG_B}}, 1, NULL},
-    {"none before smoothing", "", 1024, 4096,
-     {{"smoothing", 1024, 4096, CFG_A}, {"none", 65536, 4096, CFG_B}}, 1, NULL},
-    {"fewest differences", "weights smoothing", 1024, 4096,
-     {{"", 1024, 4096, CFG_A}, {"smoothing", 65536, 4096, CFG_B}}, 1, NULL},
-    {"then the nearest shape", "none", 8000, 4096,
-     {{"", 64, 4096, CFG_A}, {"", 8192, 4096, CFG_B}, {"", 1024, 4096, CFG_C}}, 1, NULL},
-    {"unfit passed over", "", 1024, 4096,
-     {{"none", 1024, 4096, CFG_DYN}, {"none lse", 65536, 4096, CFG_B}}, 1,
+    {"own kind at any shape first", "sum", 1024, 4096, {{"sum", 8, 100, CFG_A}, {"", 1024, 4096, CFG_B}}, 0, NULL},
+    {"mean before none for a sum",
+     "sum",
+     1024,
+     4096,
+     {{"none", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}},
+     1,
+     "answered by user 65536x4096 i64 mean"},
+    {"sum before none for a mean",
+     "",
+     1024,
+     4096,
+     {{"none", 1024, 4096, CFG_A}, {"sum", 8, 100, CFG_B}},
+     1,
+     "answered by user 8x100 i64 sum"},
+    {"targets before reduction",
+     "i32",
+     1024,
+     4096,
+     {{"i32 sum", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}},
+     1,
+     "answered by user 65536x4096 i64 mean"},
+    {"lse before reduction", "lse", 1024, 4096, {{"sum lse", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, NULL},
+    {"reduction before weights",
+     "weights",
+     1024,
+     4096,
+     {{"", 1024, 4096, CFG_A}, {"sum weights", 65536, 4096, CFG_B}},
+     1,
+     "i64 sum weights"},
+    {"weights before none", "", 1024, 4096, {{"none", 1024, 4096, CFG_A}, {"weights", 65536, 4096, CFG_B}}, 1, NULL},
+    {"none before smoothing",
+     "",
+     1024,
+     4096,
+     {{"smoothing", 1024, 4096, CFG_A}, {"none", 65536, 4096, CFG_B}},
+     1,
+     NULL},
+    {"fewest differences",
+     "weights smoothing",
+     1024,
+     4096,
+     {{"", 1024, 4096, CFG_A}, {"smoothing", 65536, 4096, CFG_B}},
+     1,
+     NULL},
+    {"then the nearest shape",
+     "none",
+     8000,
+     4096,
+     {{"", 64, 4096, CFG_A}, {"", 8192, 4096, CFG_B}, {"", 1024, 4096, CFG_C}},
+     1,
+     NULL},
+    {"unfit passed over",
+     "",
+     1024,
+     4096,
+     {{"none", 1024, 4096, CFG_DYN}, {"none lse", 65536, 4096, CFG_B}},
+     1,
      "user 1024x4096 i64 none (nearest): config does not fit: PERSIST=2"},
-    {"a tile passed over for long strides", "strided", 1024, 10,
-     {{"", 1024, 10, CFG_TILE}, {"i32", 1024, 10, CFG_C}}, 1, "config does not fit: TILE"},
-    {"a strided entry for contiguous rows", "", 1024, 10,
-     {{"strided", 1024, 10, CFG_TILE}}, 0, "answered by user 1024x10 i64 mean strided"},
-    {"every entry unfit: the heuristic", "", 1024, 4096,
-     {{"none", 1024, 4096, CFG_DYN}}, -1, "config does not fit"},
+    {"a tile passed over for long strides",
+     "strided",
+     1024,
+     10,
+     {{"", 1024, 10, CFG_TILE}, {"i32", 1024, 10, CFG_C}},
+     1,
+     "config does not fit: TILE"},
+    {"a strided entry for contiguous rows",
+     "",
+     1024,
+     10,
+     {{"strided", 1024, 10, CFG_TILE}},
+     0,
+     "answered by user 1024x10 i64 mean strided"},
+    {"every entry unfit: the heuristic", "", 1024, 4096, {{"none", 1024, 4096, CFG_DYN}}, -1, "config does not fit"},
 };
 
 START_TEST(other_kinds_in_order) {
@@ -268,16 +328,16 @@ END_TEST
 typedef struct sibling_case {
     const char *gpu;
     int arch, sm, include_own;
-    const char *files;      /* shipped caches present, space-separated */
-    const char *want;       /* NULL: none */
+    const char *files; /* shipped caches present, space-separated */
+    const char *want;  /* NULL: none */
 } sibling_case;
 
 static const sibling_case siblings[] = {
     {"h100", 90, 132, 1, "h200", "h200"},
-    {"h100", 90, 114, 1, "h200 h100", "h100"},  /* its own file first among equals */
-    {"h100", 90, 114, 0, "h200 h100", "h200"},  /* unless its own could not be read */
-    {"h20", 90, 78, 1, "h200 h100", "h100"},    /* h100 PCIe (114) is nearer 78 than 132 */
-    {"h20", 90, 78, 1, "h200 gh200", "h200"},   /* equally near: the table's order */
+    {"h100", 90, 114, 1, "h200 h100", "h100"}, /* its own file first among equals */
+    {"h100", 90, 114, 0, "h200 h100", "h200"}, /* unless its own could not be read */
+    {"h20", 90, 78, 1, "h200 h100", "h100"},   /* h100 PCIe (114) is nearer 78 than 132 */
+    {"h20", 90, 78, 1, "h200 gh200", "h200"},  /* equally near: the table's order */
     {"a100", 80, 108, 1, "h200", NULL},
     {"l40s", 89, 142, 1, "", NULL},
 };
@@ -293,9 +353,11 @@ START_TEST(arch_sibling_choice) {
         write_text(path, "-- empty\n");
     }
     int rc = xent_arch_sibling(t->gpu, t->arch, t->sm, dir, t->include_own, got, sizeof got);
-    if (!t->want) ck_assert_msg(rc == XENT_ENOTFOUND, "%s sm %d: got %s", t->gpu, t->sm, got);
-    else ck_assert_msg(rc == XENT_OK && !strcmp(got, t->want), "%s sm %d: got '%s', want %s", t->gpu, t->sm, got,
-                       t->want);
+    if (!t->want)
+        ck_assert_msg(rc == XENT_ENOTFOUND, "%s sm %d: got %s", t->gpu, t->sm, got);
+    else
+        ck_assert_msg(rc == XENT_OK && !strcmp(got, t->want), "%s sm %d: got '%s', want %s", t->gpu, t->sm, got,
+                      t->want);
 }
 END_TEST
 
@@ -316,8 +378,7 @@ START_TEST(describe_names_the_cache) {
     plan.source = XENT_SOURCE_HEURISTIC;
     plan.cache[0] = plan.note[0] = 0;
     ck_assert_int_eq(xent_plan_describe(&plan, buf, sizeof buf), XENT_OK);
-    ck_assert_msg(strstr(buf, " source=heuristic grid=") && !strstr(buf, "cache=") && !strstr(buf, "note="), "%s",
-                  buf);
+    ck_assert_msg(strstr(buf, " source=heuristic grid=") && !strstr(buf, "cache=") && !strstr(buf, "note="), "%s", buf);
 }
 END_TEST
 

@@ -34,8 +34,10 @@ static const path_case cases[] = {
 };
 
 static void set(const char *name, const char *value) {
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
 }
 
 START_TEST(paths_follow_one_rule) {

@@ -25,8 +25,7 @@
 /* ------------------------------------------------------------------------ */
 
 /* PyTorch's defaults, filled here: the runtime's xent_problem_init is not linked. */
-static xent_problem prob(int64_t n, int64_t c, xent_reduction red)
-{
+static xent_problem prob(int64_t n, int64_t c, xent_reduction red) {
     xent_problem p;
     memset(&p, 0, sizeof p);
     p.n = n;
@@ -42,11 +41,10 @@ static xent_problem prob(int64_t n, int64_t c, xent_reduction red)
 }
 
 /* Relative closeness for values computed in double by two routes. */
-#define ck_close(a, b, tol)                                                        \
-    do {                                                                           \
-        double a_ = (a), b_ = (b);                                                 \
-        ck_assert_msg(fabs(a_ - b_) <= (tol) * fmax(fabs(b_), 1e-300),            \
-                      "%s = %.17g, expected %.17g", #a, a_, b_);                    \
+#define ck_close(a, b, tol)                                                                                            \
+    do {                                                                                                               \
+        double a_ = (a), b_ = (b);                                                                                     \
+        ck_assert_msg(fabs(a_ - b_) <= (tol)*fmax(fabs(b_), 1e-300), "%s = %.17g, expected %.17g", #a, a_, b_);        \
     } while (0)
 
 #define TOL 1e-14
@@ -54,25 +52,19 @@ static xent_problem prob(int64_t n, int64_t c, xent_reduction red)
 /* Deterministic pseudo-random numbers (no libc rand: same on every host). */
 static uint64_t lcg_state;
 /* Each test seeds its own stream: with CK_FORK=no tests share the process. */
-static void lcg_seed(uint64_t seed)
-{
-    lcg_state = seed;
-}
-static double lcg_uniform(void)
-{
+static void lcg_seed(uint64_t seed) { lcg_state = seed; }
+static double lcg_uniform(void) {
     lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(lcg_state >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static float bits_f32(uint32_t u)
-{
+static float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static uint32_t f32_bits(float f)
-{
+static uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
@@ -95,8 +87,7 @@ static const float ROWS2[6] = {1, 2, 3, 3, 1, 0};
 /* Hand-computed cases                                                      */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_one_row_three_classes)
-{
+START_TEST(test_one_row_three_classes) {
     const float x[3] = {1, 2, 3};
     const int64_t t[1] = {2};
     for (int red = 0; red <= 2; red++) {
@@ -112,8 +103,7 @@ START_TEST(test_one_row_three_classes)
 }
 END_TEST
 
-START_TEST(test_c1_loss_zero)
-{
+START_TEST(test_c1_loss_zero) {
     /* one class: log_softmax is x - x = 0 exactly, lse = x */
     const float x[3] = {-7.5f, 0.0f, 123.25f};
     const int64_t t[3] = {0, 0, 0};
@@ -130,8 +120,7 @@ START_TEST(test_c1_loss_zero)
 }
 END_TEST
 
-START_TEST(test_c2)
-{
+START_TEST(test_c2) {
     /* [2,-1] target 1: log(e^2 + e^-1) + 1 = 3 + log(1 + e^-3) = 3.048587351573742
        [0, 0] target 0: log 2 */
     const float x[4] = {2, -1, 0, 0};
@@ -145,8 +134,7 @@ START_TEST(test_c2)
 }
 END_TEST
 
-START_TEST(test_two_rows_sum_mean)
-{
+START_TEST(test_two_rows_sum_mean) {
     /* rows [1,2,3] t=2 and [3,1,0] t=0:
        sum = 0.4076059644443806 + 0.16984601955628564 = 0.5774519840006662, mean = sum/2 */
     const int64_t t[2] = {2, 0};
@@ -165,8 +153,7 @@ START_TEST(test_two_rows_sum_mean)
 }
 END_TEST
 
-START_TEST(test_ignore_index_default)
-{
+START_TEST(test_ignore_index_default) {
     /* third row [0,0,0] ignored (-100): loss 0, still lse = log 3; mean over 2 rows */
     const float x[9] = {1, 2, 3, 3, 1, 0, 0, 0, 0};
     const int64_t t[3] = {2, 0, -100};
@@ -185,8 +172,7 @@ START_TEST(test_ignore_index_default)
 }
 END_TEST
 
-START_TEST(test_ignore_index_in_range)
-{
+START_TEST(test_ignore_index_in_range) {
     /* ignore_index = 1 lies inside [0, c): the row with target 1 is ignored, not scored.
        rows [1,2,3] t=2, [3,1,0] t=1 (ignored), [0.5,0.25,-1] t=0:
        l2 = log(e^.5+e^.25+e^-1) - 0.5 = 0.6941121864019144
@@ -206,8 +192,7 @@ START_TEST(test_ignore_index_in_range)
 }
 END_TEST
 
-START_TEST(test_all_ignored)
-{
+START_TEST(test_all_ignored) {
     /* PyTorch: mean over zero targets is 0/0 = NaN, sum is 0, none all 0 */
     const int64_t t[2] = {-100, -100};
     double out[2], lse[2];
@@ -231,8 +216,7 @@ START_TEST(test_all_ignored)
 }
 END_TEST
 
-START_TEST(test_weights)
-{
+START_TEST(test_weights) {
     /* w = [0.5, 2, 1]; rows [1,2,3] t=2 (w=1), [3,1,0] t=0 (w=0.5):
        none = [1*0.4076059644443806, 0.5*0.16984601955628564]
        sum  = 0.4925289742225234
@@ -254,8 +238,7 @@ START_TEST(test_weights)
 }
 END_TEST
 
-START_TEST(test_smoothing_no_weights)
-{
+START_TEST(test_smoothing_no_weights) {
     /* eps = 0.25 (exact in float), c = 3:
        row [1,2,3] t=2: nll = 0.4076059644443806, smooth = 3*lse - (1+2+3) = 4.222817893333142
          loss = 0.75*nll + (0.25/3)*smooth = 0.6576059644443806
@@ -275,8 +258,7 @@ START_TEST(test_smoothing_no_weights)
 }
 END_TEST
 
-START_TEST(test_smoothing_weights)
-{
+START_TEST(test_smoothing_weights) {
     /* eps = 0.25, w = [0.5, 2, 1]; smooth_i = sum_j w_j (lse_i - x_ij):
        row [1,2,3] t=2: nll = 1*0.4076059644443806
          smooth = 0.5*(lse-1) + 2*(lse-2) + 1*(lse-3) = 3.5*lse - 7.5 = 4.426620875555333
@@ -300,8 +282,7 @@ START_TEST(test_smoothing_weights)
 }
 END_TEST
 
-START_TEST(test_smoothing_zero_weight_sum)
-{
+START_TEST(test_smoothing_zero_weight_sum) {
     /* Targets whose weights are all 0 with eps > 0: PyTorch's nll mean is 0/0
        = NaN, so the mean is NaN although the smoothing part alone is finite
        (0.25/3 * smooth / 0 would be +inf); the sum stays finite, as the
@@ -320,8 +301,7 @@ START_TEST(test_smoothing_zero_weight_sum)
 }
 END_TEST
 
-START_TEST(test_smoothing_one)
-{
+START_TEST(test_smoothing_one) {
     /* eps = 1: only the smoothing term, smooth/c = (3*lse - 6)/3 = lse - 2 = 1.4076059644443806 */
     const float x[3] = {1, 2, 3};
     const int64_t t[1] = {2};
@@ -334,8 +314,7 @@ START_TEST(test_smoothing_one)
 END_TEST
 
 /* Fill n x c logits of dtype dt (values in [-4, 4)) and targets with ~1/5 ignored. */
-static void fill_random(xent_dtype dt, int64_t n, int64_t c, void *x, int64_t *t)
-{
+static void fill_random(xent_dtype dt, int64_t n, int64_t c, void *x, int64_t *t) {
     for (int64_t k = 0; k < n * c; k++) {
         float v = (float)(8.0 * lcg_uniform() - 4.0);
         if (dt == XENT_F32)
@@ -345,21 +324,18 @@ static void fill_random(xent_dtype dt, int64_t n, int64_t c, void *x, int64_t *t
         else
             ((uint16_t *)x)[k] = xent_float_to_bf16(v);
     }
-    for (int64_t i = 0; i < n; i++)
-        t[i] = lcg_uniform() < 0.2 ? -100 : (int64_t)(lcg_uniform() * (double)c);
+    for (int64_t i = 0; i < n; i++) t[i] = lcg_uniform() < 0.2 ? -100 : (int64_t)(lcg_uniform() * (double)c);
 }
 
 /* sum == sum of none; mean == sum / sum of w[t] (or count); lse alike. */
-static void check_consistency(xent_dtype dt, int use_w, float eps)
-{
+static void check_consistency(xent_dtype dt, int use_w, float eps) {
     enum { N = 37, C = 11 };
     static float xbuf[N * C];
     int64_t t[N];
     float w[C];
     double none[N], lse_none[N], lse_sum[N], sum, mean;
     fill_random(dt, N, C, xbuf, t);
-    for (int j = 0; j < C; j++)
-        w[j] = (float)(0.25 + 2.0 * lcg_uniform());
+    for (int j = 0; j < C; j++) w[j] = (float)(0.25 + 2.0 * lcg_uniform());
     xent_problem p = prob(N, C, XENT_REDUCE_NONE);
     p.logits = dt;
     p.label_smoothing = eps;
@@ -384,19 +360,16 @@ static void check_consistency(xent_dtype dt, int use_w, float eps)
     ck_close(mean, sum / den, 1e-13);
 }
 
-START_TEST(test_reduction_consistency)
-{
+START_TEST(test_reduction_consistency) {
     static const float eps[3] = {0.0f, 0.1f, 1.0f};
     lcg_seed(1);
     for (int dt = 0; dt <= 2; dt++)
         for (int use_w = 0; use_w <= 1; use_w++)
-            for (int e = 0; e < 3; e++)
-                check_consistency((xent_dtype)dt, use_w, eps[e]);
+            for (int e = 0; e < 3; e++) check_consistency((xent_dtype)dt, use_w, eps[e]);
 }
 END_TEST
 
-START_TEST(test_bad_targets)
-{
+START_TEST(test_bad_targets) {
     /* rows [1,2,3] t=2 (good), [3,1,0] t=-1 (negative, not ignore_index), [0,0,0] t=3 (== c),
        [0,0,0] t=-100 (ignored, not bad): bad rows give NaN losses, sums and means NaN */
     const float x[12] = {1, 2, 3, 3, 1, 0, 0, 0, 0, 0, 0, 0};
@@ -433,8 +406,7 @@ START_TEST(test_bad_targets)
 }
 END_TEST
 
-START_TEST(test_row_stride_padding)
-{
+START_TEST(test_row_stride_padding) {
     /* rows of 3 classes at stride 5; padding holds NaN, +inf and huge values that
        would change every result if read */
     const float nan = NAN, inf = INFINITY;
@@ -454,8 +426,7 @@ START_TEST(test_row_stride_padding)
 }
 END_TEST
 
-START_TEST(test_half_logits)
-{
+START_TEST(test_half_logits) {
     /* [1,2,3] in fp16 (0x3C00, 0x4000, 0x4200) and bf16 (0x3F80, 0x4000, 0x4040):
        same loss as fp32, all three values are exact */
     const uint16_t h[3] = {0x3C00, 0x4000, 0x4200};
@@ -483,9 +454,7 @@ END_TEST
 /* Extreme logits                                                           */
 /* ------------------------------------------------------------------------ */
 
-static double one_row(const float *x, int64_t c, int64_t t, float eps, const float *w,
-                      double *lse)
-{
+static double one_row(const float *x, int64_t c, int64_t t, float eps, const float *w, double *lse) {
     xent_problem p = prob(1, c, XENT_REDUCE_NONE);
     p.label_smoothing = eps;
     p.has_weights = w != NULL;
@@ -495,8 +464,7 @@ static double one_row(const float *x, int64_t c, int64_t t, float eps, const flo
     return out;
 }
 
-START_TEST(test_extreme_finite)
-{
+START_TEST(test_extreme_finite) {
     double lse;
     /* [1e30, -1e30, 0]: lse = 1e30f exactly (the other terms vanish); t=0: 0;
        t=1: 1e30f - (-1e30f) = 2.0000000300949324e30 (1e30f = 1.0000000150474662e30) */
@@ -520,8 +488,7 @@ START_TEST(test_extreme_finite)
 }
 END_TEST
 
-START_TEST(test_extreme_inf)
-{
+START_TEST(test_extreme_inf) {
     double lse;
     const float inf = INFINITY;
     /* [0, -inf, 0]: lse = log 2; t=0: log 2; t=1: +inf (log_softmax = -inf) */
@@ -561,8 +528,7 @@ END_TEST
 /* Larger problem: the threaded path                                        */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_threaded_deterministic)
-{
+START_TEST(test_threaded_deterministic) {
     /* 1200 x 1000 exceeds the one-thread threshold (2^20 elements): chunks are
        spread over threads, and results must be bitwise repeatable */
     enum { N = 1200, C = 1000 };
@@ -602,8 +568,7 @@ END_TEST
 /* Argument validation                                                      */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_args)
-{
+START_TEST(test_args) {
     const float x[3] = {1, 2, 3};
     const float w[3] = {1, 1, 1};
     const int64_t t[1] = {2};
@@ -618,21 +583,35 @@ START_TEST(test_args)
     p.has_weights = 1;
     ck_assert_int_eq(xent_ref_forward(&p, x, t, NULL, &out, NULL, NULL), XENT_EINVAL);
 
-    struct { const char *what; xent_problem p; } bad[12];
+    struct {
+        const char *what;
+        xent_problem p;
+    } bad[12];
     int nb = 0;
-    for (int k = 0; k < 12; k++)
-        bad[k].p = prob(1, 3, XENT_REDUCE_MEAN);
-    bad[nb].what = "n = 0"; bad[nb++].p.n = 0;
-    bad[nb].what = "n < 0"; bad[nb++].p.n = -5;
-    bad[nb].what = "c = 0"; bad[nb].p.c = 0; bad[nb++].p.row_stride = 0;
-    bad[nb].what = "row_stride < c"; bad[nb++].p.row_stride = 2;
-    bad[nb].what = "n * stride overflows"; bad[nb++].p.n = INT64_MAX / 2;
-    bad[nb].what = "smoothing < 0"; bad[nb++].p.label_smoothing = -0.1f;
-    bad[nb].what = "smoothing > 1"; bad[nb++].p.label_smoothing = 1.5f;
-    bad[nb].what = "smoothing NaN"; bad[nb++].p.label_smoothing = NAN;
-    bad[nb].what = "logits dtype"; bad[nb++].p.logits = (xent_dtype)7;
-    bad[nb].what = "targets dtype"; bad[nb++].p.targets = (xent_index)-1;
-    bad[nb].what = "reduction"; bad[nb++].p.reduction = (xent_reduction)3;
+    for (int k = 0; k < 12; k++) bad[k].p = prob(1, 3, XENT_REDUCE_MEAN);
+    bad[nb].what = "n = 0";
+    bad[nb++].p.n = 0;
+    bad[nb].what = "n < 0";
+    bad[nb++].p.n = -5;
+    bad[nb].what = "c = 0";
+    bad[nb].p.c = 0;
+    bad[nb++].p.row_stride = 0;
+    bad[nb].what = "row_stride < c";
+    bad[nb++].p.row_stride = 2;
+    bad[nb].what = "n * stride overflows";
+    bad[nb++].p.n = INT64_MAX / 2;
+    bad[nb].what = "smoothing < 0";
+    bad[nb++].p.label_smoothing = -0.1f;
+    bad[nb].what = "smoothing > 1";
+    bad[nb++].p.label_smoothing = 1.5f;
+    bad[nb].what = "smoothing NaN";
+    bad[nb++].p.label_smoothing = NAN;
+    bad[nb].what = "logits dtype";
+    bad[nb++].p.logits = (xent_dtype)7;
+    bad[nb].what = "targets dtype";
+    bad[nb++].p.targets = (xent_index)-1;
+    bad[nb].what = "reduction";
+    bad[nb++].p.reduction = (xent_reduction)3;
     for (int k = 0; k < nb; k++) {
         out = 42.0;
         int rc = xent_ref_forward(&bad[k].p, x, t, NULL, &out, NULL, NULL);
@@ -652,15 +631,14 @@ END_TEST
 /* fp16 / bf16 conversions                                                  */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_half_known)
-{
+START_TEST(test_half_known) {
     ck_assert_uint_eq(xent_float_to_half(1.0f), 0x3C00);
     ck_assert_uint_eq(xent_float_to_half(-2.0f), 0xC000);
     ck_assert_uint_eq(xent_float_to_half(0.0f), 0x0000);
     ck_assert_uint_eq(xent_float_to_half(-0.0f), 0x8000);
-    ck_assert_uint_eq(xent_float_to_half(65504.0f), 0x7BFF);  /* largest half */
-    ck_assert_uint_eq(xent_float_to_half(0.1f), 0x2E66);      /* 1.6*2^-4: mantissa 614.4 -> 614 */
-    ck_assert_uint_eq(xent_float_to_half(0x1p-14f), 0x0400);  /* smallest normal */
+    ck_assert_uint_eq(xent_float_to_half(65504.0f), 0x7BFF); /* largest half */
+    ck_assert_uint_eq(xent_float_to_half(0.1f), 0x2E66);     /* 1.6*2^-4: mantissa 614.4 -> 614 */
+    ck_assert_uint_eq(xent_float_to_half(0x1p-14f), 0x0400); /* smallest normal */
     ck_assert(xent_half_to_float(0x3C00) == 1.0f);
     ck_assert(xent_half_to_float(0xC000) == -2.0f);
     ck_assert(xent_half_to_float(0x7BFF) == 65504.0f);
@@ -670,8 +648,7 @@ START_TEST(test_half_known)
 }
 END_TEST
 
-START_TEST(test_half_subnormal)
-{
+START_TEST(test_half_subnormal) {
     /* subnormal halves are k * 2^-24 */
     ck_assert(xent_half_to_float(0x0001) == 0x1p-24f); /* 5.960464477539063e-08 */
     ck_assert(xent_half_to_float(0x03FF) == 1023 * 0x1p-24f);
@@ -694,11 +671,10 @@ START_TEST(test_half_subnormal)
 }
 END_TEST
 
-START_TEST(test_half_rounding)
-{
+START_TEST(test_half_rounding) {
     /* half has 10 mantissa bits: ulp(1) = 2^-10 */
-    ck_assert_uint_eq(xent_float_to_half(1.0f + 0x1p-11f), 0x3C00);           /* tie, to even 0x3C00 */
-    ck_assert_uint_eq(xent_float_to_half(1.0f + 3 * 0x1p-11f), 0x3C02);       /* tie, to even 0x3C02 */
+    ck_assert_uint_eq(xent_float_to_half(1.0f + 0x1p-11f), 0x3C00);            /* tie, to even 0x3C00 */
+    ck_assert_uint_eq(xent_float_to_half(1.0f + 3 * 0x1p-11f), 0x3C02);        /* tie, to even 0x3C02 */
     ck_assert_uint_eq(xent_float_to_half(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01); /* above the tie */
     ck_assert_uint_eq(xent_float_to_half(1.0f + 0x1p-11f - 0x1p-20f), 0x3C00); /* below the tie */
     /* 2 - 2^-12 rounds up across the exponent boundary to 2.0 */
@@ -711,8 +687,7 @@ START_TEST(test_half_rounding)
 }
 END_TEST
 
-START_TEST(test_half_special)
-{
+START_TEST(test_half_special) {
     ck_assert_uint_eq(xent_float_to_half(INFINITY), 0x7C00);
     ck_assert_uint_eq(xent_float_to_half(-INFINITY), 0xFC00);
     ck_assert(xent_half_to_float(0x7C00) == INFINITY);
@@ -724,15 +699,13 @@ START_TEST(test_half_special)
     const uint32_t nans[4] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0x7FBFFFFFu};
     for (int k = 0; k < 4; k++) {
         uint16_t h = xent_float_to_half(bits_f32(nans[k]));
-        ck_assert_msg((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0, "nan %08x -> %04x",
-                      nans[k], h);
+        ck_assert_msg((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0, "nan %08x -> %04x", nans[k], h);
         ck_assert_uint_eq(h & 0x8000, (nans[k] >> 16) & 0x8000);
     }
 }
 END_TEST
 
-START_TEST(test_half_roundtrip_all)
-{
+START_TEST(test_half_roundtrip_all) {
     /* every non-NaN half survives half -> float -> half */
     for (uint32_t h = 0; h <= 0xFFFF; h++) {
         float f = xent_half_to_float((uint16_t)h);
@@ -746,27 +719,24 @@ START_TEST(test_half_roundtrip_all)
 END_TEST
 
 #ifdef __FLT16_MAX__
-START_TEST(test_half_vs_compiler)
-{
+START_TEST(test_half_vs_compiler) {
     /* the compiler's _Float16 conversion rounds to nearest even too: compare on
        a sweep of float bit patterns (stride prime, so all exponents and low bits vary) */
     for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 65521) {
         float f = bits_f32((uint32_t)u);
-        if (isnan(f))
-            continue;
+        if (isnan(f)) continue;
         _Float16 g = (_Float16)f;
         uint16_t want;
         memcpy(&want, &g, sizeof want);
-        ck_assert_msg(xent_float_to_half(f) == want, "float %08x: %04x vs %04x",
-                      (unsigned)u, xent_float_to_half(f), want);
+        ck_assert_msg(xent_float_to_half(f) == want, "float %08x: %04x vs %04x", (unsigned)u, xent_float_to_half(f),
+                      want);
         ck_assert(f32_bits(xent_half_to_float(want)) == f32_bits((float)g));
     }
 }
 END_TEST
 #endif
 
-START_TEST(test_bf16)
-{
+START_TEST(test_bf16) {
     ck_assert_uint_eq(xent_float_to_bf16(1.0f), 0x3F80);
     ck_assert_uint_eq(xent_float_to_bf16(-2.0f), 0xC000);
     ck_assert_uint_eq(xent_float_to_bf16(3.140625f), 0x4049);
@@ -797,8 +767,7 @@ START_TEST(test_bf16)
     /* every non-NaN bf16 survives bf16 -> float -> bf16 */
     for (uint32_t b = 0; b <= 0xFFFF; b++) {
         float f = xent_bf16_to_float((uint16_t)b);
-        if (!isnan(f))
-            ck_assert_msg(xent_float_to_bf16(f) == b, "bf16 %04x", b);
+        if (!isnan(f)) ck_assert_msg(xent_float_to_bf16(f) == b, "bf16 %04x", b);
     }
 }
 END_TEST
@@ -807,8 +776,7 @@ END_TEST
 /* Relative errors                                                          */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_rel_err)
-{
+START_TEST(test_rel_err) {
     ck_assert(xent_rel_err(1.0, 1.0) == 0.0);
     ck_close(xent_rel_err(1.1, 1.0), 0.1, 1e-12);
     ck_close(xent_rel_err(-0.9, -1.0), 0.1, 1e-12);
@@ -826,8 +794,7 @@ START_TEST(test_rel_err)
 }
 END_TEST
 
-START_TEST(test_rel_err_vec)
-{
+START_TEST(test_rel_err_vec) {
     const float a1[4] = {1, 2, NAN, INFINITY};
     const double b1[4] = {1, 2, NAN, INFINITY};
     ck_assert(xent_rel_err_vec(a1, b1, 4) == 0.0);
@@ -851,9 +818,11 @@ END_TEST
 
 /* The accumulator is the vector error's one rule: pair by pair, it gives
  * what xent_rel_err_vec gives for the same pairs. */
-START_TEST(test_err_acc)
-{
-    static const struct { float a[3]; double b[3]; } rows[] = {
+START_TEST(test_err_acc) {
+    static const struct {
+        float a[3];
+        double b[3];
+    } rows[] = {
         {{1, 2, 3}, {1, 2, 3}},
         {{1, 2, 0}, {1, 2.5, 0}},
         {{NAN, INFINITY, 1}, {NAN, INFINITY, 1.5}},
@@ -863,8 +832,7 @@ START_TEST(test_err_acc)
     };
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         xent_err_acc acc = {0};
-        for (int i = 0; i < 3; i++)
-            xent_err_acc_add(&acc, rows[r].a[i], rows[r].b[i]);
+        for (int i = 0; i < 3; i++) xent_err_acc_add(&acc, rows[r].a[i], rows[r].b[i]);
         double want = xent_rel_err_vec(rows[r].a, rows[r].b, 3), got = xent_err_acc_value(&acc);
         ck_assert_msg(got == want, "row %zu: accumulator %g, vector %g", r, got, want);
     }
@@ -873,8 +841,7 @@ END_TEST
 
 /* ------------------------------------------------------------------------ */
 
-static Suite *reference_suite(void)
-{
+static Suite *reference_suite(void) {
     Suite *s = suite_create("reference");
     TCase *tc = tcase_create("hand");
     tcase_add_test(tc, test_one_row_three_classes);
@@ -930,7 +897,4 @@ static Suite *reference_suite(void)
     return s;
 }
 
-int main(void)
-{
-    return run_suite(reference_suite());
-}
+int main(void) { return run_suite(reference_suite()); }

@@ -109,18 +109,18 @@ START_TEST(parse_rejects_bad_text) {
     xent_config c;
     char why[128];
     const char *bad[] = {
-        "VEC=4",                                                                 /* knobs missing */
-        "VEC=3 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* illegal value */
+        "VEC=4",                                                                   /* knobs missing */
+        "VEC=3 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",       /* illegal value */
         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 FOO=1", /* unknown */
         "VEC=4 VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", /* twice */
-        "VEC4 TPR=32",                                                           /* no '=' */
-        "VEC=x TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* not a number */
+        "VEC4 TPR=32",                                                             /* no '=' */
+        "VEC=x TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",       /* not a number */
         /* past int range: these wrapped to VEC=4 and were taken (fuzz_config's property) */
         "VEC=4294967300 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
         "VEC=-4294967292 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
         "VEC=99999999999999999999 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",
-        "VEC=4TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",     /* no separator */
-        "VEC=4.5 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",  /* not an integer */
+        "VEC=4TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1",    /* no separator */
+        "VEC=4.5 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", /* not an integer */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         why[0] = 0;
@@ -143,7 +143,8 @@ START_TEST(prefetch_is_optional_and_the_training_familys) {
     ck_assert_ptr_nonnull(strstr(why, "xent_fwd family takes PREFETCH=0"));
     xent_config other;
     ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 PREFETCH=0",
-                                       &other, why, sizeof why), XENT_EINVAL);
+                                       &other, why, sizeof why),
+                     XENT_EINVAL);
     ck_assert_ptr_nonnull(strstr(why, "TILE"));
     size_t n;
     xent_config *cands = candidates_for(XENT_F32, 32768, 4096, &n);
@@ -199,9 +200,13 @@ START_TEST(poly_is_optional_and_constrained) {
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "POLY"));
     ck_assert_int_ne(xent_config_parse("VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1 "
-                                       "POLY=3", &c, why, sizeof why), XENT_OK);
+                                       "POLY=3",
+                                       &c, why, sizeof why),
+                     XENT_OK);
     ck_assert_int_eq(xent_config_parse("VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1 "
-                                       "POLY=4", &c, why, sizeof why), XENT_OK);
+                                       "POLY=4",
+                                       &c, why, sizeof why),
+                     XENT_OK);
     ck_assert(!xent_config_legal(&c, XENT_BF16, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "TILE"));
     /* offered for bf16 32768x4096, never with fewer terms a chunk than POLY */
@@ -232,7 +237,7 @@ START_TEST(persistent_grids) {
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 2), 528);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 3), 512); /* 16 rounds each, none left over */
     ck_assert_int_eq(xent_persistent_grid(4096, 396, 3), 373); /* 11 rounds: 372 blocks would need 12 */
-    ck_assert_int_eq(xent_persistent_grid(300, 528, 3), 300);   /* one round: unchanged */
+    ck_assert_int_eq(xent_persistent_grid(300, 528, 3), 300);  /* one round: unchanged */
     for (long long g = 1; g < 5000; g += 37)
         for (long long r = 1; r < 700; r += 53) {
             long long b = xent_persistent_grid(g, r, 3);
@@ -263,8 +268,8 @@ START_TEST(constraints_hold) {
 END_TEST
 
 START_TEST(heuristic_is_legal_and_covers_rows) {
-    const long long shapes[][2] = {{1, 1}, {1, 2}, {3, 7}, {1048576, 10}, {32768, 4096}, {4096, 32000},
-                                   {64, 262144}, {8192, 128256}, {16384, 50257}, {2, 1000000}};
+    const long long shapes[][2] = {{1, 1},        {1, 2},       {3, 7},         {1048576, 10},  {32768, 4096},
+                                   {4096, 32000}, {64, 262144}, {8192, 128256}, {16384, 50257}, {2, 1000000}};
     for (int di = 0; di < 3; di++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             xent_problem p;
@@ -273,8 +278,8 @@ START_TEST(heuristic_is_legal_and_covers_rows) {
             xent_problem_init(&p, shapes[i][0], shapes[i][1]);
             p.logits = dtypes[di];
             xent_config_heuristic(&p, 132, &c);
-            ck_assert_msg(xent_config_legal(&c, p.logits, why, sizeof why), "%lldx%lld: %s", shapes[i][0],
-                          shapes[i][1], why);
+            ck_assert_msg(xent_config_legal(&c, p.logits, why, sizeof why), "%lldx%lld: %s", shapes[i][0], shapes[i][1],
+                          why);
             ck_assert_int_ge(p.n * c.split, 1);
         }
 }
@@ -282,8 +287,8 @@ END_TEST
 
 START_TEST(relevant_candidates_are_a_legal_subset) {
     /* the last two: rows too long for any team's registers still get candidates */
-    const long long shapes[][2] = {{32768, 4096}, {64, 262144}, {1048576, 10}, {1, 1}, {16384, 50257},
-                                   {4096, 1048576}, {1, 134217728}};
+    const long long shapes[][2] = {{32768, 4096},  {64, 262144},    {1048576, 10}, {1, 1},
+                                   {16384, 50257}, {4096, 1048576}, {1, 134217728}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         xent_problem p;
         xent_problem_init(&p, shapes[i][0], shapes[i][1]);
@@ -306,8 +311,9 @@ END_TEST
 START_TEST(dynamic_schedule_keeps_sums_reproducible) {
     xent_config c;
     char why[256] = "";
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2",
-                                       &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2", &c,
+                                       why, sizeof why),
+                     XENT_OK);
     xent_problem p;
     xent_problem_init(&p, 32768, 4096);
     ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
@@ -390,7 +396,7 @@ START_TEST(defines_follow_the_problem) {
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_REDUCTION 1\n"));
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_TARGET 0\n"));
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_PASSES 2\n"));
-    ck_assert_ptr_null(strstr(d, "XENT_SPLIT")); /* launch knobs are not compiled in */
+    ck_assert_ptr_null(strstr(d, "XENT_SPLIT"));              /* launch knobs are not compiled in */
     ck_assert_ptr_nonnull(strstr(d, "#define XENT_C 100\n")); /* short rows: c is compiled in */
     free(d);
     p.c = p.row_stride = 257;
@@ -401,11 +407,12 @@ START_TEST(defines_follow_the_problem) {
 }
 END_TEST
 
-
 /* Only split rows need the per-row workspace: unsplit configs fit however many
  * rows there are, the tuner lists candidates and the heuristic's config fits. */
 START_TEST(many_rows_fit_unsplit) {
-    static const struct { long long n, c; } shapes[] = {
+    static const struct {
+        long long n, c;
+    } shapes[] = {
         {4194305, 10}, {8388608, 10}, {16777216, 128}, {1LL << 30, 64}, {INT64_MAX / 128 / 2, 2},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -525,8 +532,8 @@ END_TEST
  * back to the rule). */
 START_TEST(heuristic_fits_every_problem) {
     static const int64_t ns[] = {1, 2, 7, 16, 100, 131, 132, 1000, 4223, 4224, 65536, 4194304};
-    static const int64_t cs[] = {1, 2, 3, 5, 10, 31, 32, 100, 255, 256, 317, 1000, 2024, 4096, 11449,
-                                 32000, 50257, 80286, 151936, 262144, 1000000};
+    static const int64_t cs[] = {1,    2,    3,    5,     10,    31,    32,    100,    255,    256,    317,
+                                 1000, 2024, 4096, 11449, 32000, 50257, 80286, 151936, 262144, 1000000};
     char why[160];
     int checked = 0;
     for (int di = 0; di < 3; di++)

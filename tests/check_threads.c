@@ -44,20 +44,23 @@ typedef struct thread_case {
     const char *name;
     int threads;
     sharing share;
-    int nproblems;                 /* per thread */
+    int nproblems; /* per thread */
     int64_t c[MAX_PROBLEMS];
     xent_dtype dtype[MAX_PROBLEMS];
     xent_op op;
 } thread_case;
 
 static const thread_case cases[] = {
-    {"16 threads, 4 shared problems", 16, SHARED, 4, {1000, 4096, 32000, 50257},
-     {XENT_F32, XENT_BF16, XENT_F32, XENT_BF16}, XENT_OP_FORWARD},
-    {"16 threads, own shapes", 16, OWN, 2, {4096, 50257}, {XENT_F32, XENT_BF16}, XENT_OP_FORWARD},
-    {"16 threads, fused gradient, shared", 16, SHARED, 2, {4096, 32000}, {XENT_BF16, XENT_BF16},
-     XENT_OP_FUSED},
-    {"16 threads, refusals among builds", 16, MIXED, 2, {4096, 1000}, {XENT_F32, XENT_F16},
+    {"16 threads, 4 shared problems",
+     16,
+     SHARED,
+     4,
+     {1000, 4096, 32000, 50257},
+     {XENT_F32, XENT_BF16, XENT_F32, XENT_BF16},
      XENT_OP_FORWARD},
+    {"16 threads, own shapes", 16, OWN, 2, {4096, 50257}, {XENT_F32, XENT_BF16}, XENT_OP_FORWARD},
+    {"16 threads, fused gradient, shared", 16, SHARED, 2, {4096, 32000}, {XENT_BF16, XENT_BF16}, XENT_OP_FUSED},
+    {"16 threads, refusals among builds", 16, MIXED, 2, {4096, 1000}, {XENT_F32, XENT_F16}, XENT_OP_FORWARD},
 };
 
 typedef struct worker {
@@ -82,7 +85,7 @@ static void problem_of(const worker *w, int k, xent_problem *p) {
     p->op = tc->op;
 }
 
-#define FAIL(w, ...) (snprintf((w)->failure, sizeof (w)->failure, __VA_ARGS__), (void *)0)
+#define FAIL(w, ...) (snprintf((w)->failure, sizeof(w)->failure, __VA_ARGS__), (void *)0)
 
 static void *work(void *arg) {
     worker *w = arg;
@@ -180,8 +183,8 @@ static void run_case(const thread_case *tc) {
     xent_context_destroy(ctx);
     counts(NULL, NULL, &allocs, &frees);
     ck_assert_msg(allocs == frees, "%ld device allocations, %ld frees", allocs, frees);
-    fprintf(stderr, "%s: %d plans, %ld launches, %ld modules loaded\n", tc->name, distinct,
-            launches - launches0, modules - modules0);
+    fprintf(stderr, "%s: %d plans, %ld launches, %ld modules loaded\n", tc->name, distinct, launches - launches0,
+            modules - modules0);
 }
 
 START_TEST(test_shared) { run_case(&cases[0]); }
@@ -242,7 +245,7 @@ int main(int argc, char **argv) {
         return EXIT_FAILURE;
     }
     const scratch_test tests[] = {
-        {"threads", 600, test_shared}, {"threads", 600, test_own_shapes},
+        {"threads", 600, test_shared},       {"threads", 600, test_own_shapes},
         {"threads", 600, test_fused_shared}, {"threads", 600, test_refusals_among_builds},
         {"threads", 600, test_compile_many},
     };

@@ -22,19 +22,17 @@
 #define MAX_ARGS 64
 
 typedef struct result {
-    int code;           /* exit status, or -1 when killed by a signal */
-    int sig;            /* the signal, 0 if it exited */
+    int code; /* exit status, or -1 when killed by a signal */
+    int sig;  /* the signal, 0 if it exited */
     int timed_out;
-    char *out, *err;    /* NUL-terminated */
+    char *out, *err; /* NUL-terminated */
     size_t out_len, err_len;
-    char cmd[1024];     /* the command line, for messages */
+    char cmd[1024]; /* the command line, for messages */
 } result;
 
-static void append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
-{
+static void append(char **buf, size_t *len, size_t *cap, const char *data, size_t n) {
     if (*len + n + 1 > *cap) {
-        while (*len + n + 1 > *cap)
-            *cap *= 2;
+        while (*len + n + 1 > *cap) *cap *= 2;
         *buf = realloc(*buf, *cap);
         ck_assert_ptr_nonnull(*buf);
     }
@@ -49,8 +47,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *data, size_
 static const char *child_env[4];
 static const char *child_stdout;
 
-static void child_setup(void)
-{
+static void child_setup(void) {
     for (size_t i = 0; i < sizeof child_env / sizeof child_env[0] && child_env[i]; i++) {
         char name[64];
         const char *eq = strchr(child_env[i], '=');
@@ -71,8 +68,7 @@ static void child_setup(void)
 
 /* Runs the tool with args (NULL-terminated), stdin from /dev/null, stdout and
  * stderr captured; kills it after timeout_s. */
-static result run_argv(int timeout_s, const char *const *args)
-{
+static result run_argv(int timeout_s, const char *const *args) {
     result r;
     memset(&r, 0, sizeof r);
     const char *argv[MAX_ARGS + 2];
@@ -82,8 +78,7 @@ static result run_argv(int timeout_s, const char *const *args)
     for (; args[argc - 1]; argc++) {
         ck_assert_int_lt(argc, MAX_ARGS);
         argv[argc] = args[argc - 1];
-        if (used < sizeof r.cmd)
-            used += (size_t)snprintf(r.cmd + used, sizeof r.cmd - used, " '%s'", argv[argc]);
+        if (used < sizeof r.cmd) used += (size_t)snprintf(r.cmd + used, sizeof r.cmd - used, " '%s'", argv[argc]);
     }
     argv[argc] = NULL;
 
@@ -133,15 +128,12 @@ static result run_argv(int timeout_s, const char *const *args)
             break;
         }
         int n = poll(fds, 2, (int)(left * 1000) + 1);
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         ck_assert_int_ge(n, 0);
         for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             ssize_t got = read(fds[i].fd, buf, sizeof buf);
-            if (got < 0 && errno == EINTR)
-                continue;
+            if (got < 0 && errno == EINTR) continue;
             if (got <= 0) {
                 close(fds[i].fd);
                 fds[i].fd = -1;
@@ -154,11 +146,9 @@ static result run_argv(int timeout_s, const char *const *args)
         }
     }
     for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0)
-            close(fds[i].fd);
+        if (fds[i].fd >= 0) close(fds[i].fd);
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        ck_assert_int_eq(errno, EINTR);
+    while (waitpid(pid, &status, 0) < 0) ck_assert_int_eq(errno, EINTR);
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     r.sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     ck_assert_msg(!r.timed_out, "%s ran longer than %d s", r.cmd, timeout_s);
@@ -169,28 +159,24 @@ static result run_argv(int timeout_s, const char *const *args)
 
 #define RUN_T(timeout, ...) run_argv((timeout), (const char *const[]){__VA_ARGS__, NULL})
 
-static void result_free(result *r)
-{
+static void result_free(result *r) {
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
 }
 
-static void expect_code(const result *r, int code)
-{
-    ck_assert_msg(r->code == code, "%s: exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", r->cmd,
-                  r->code, code, r->out, r->err);
+static void expect_code(const result *r, int code) {
+    ck_assert_msg(r->code == code, "%s: exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", r->cmd, r->code, code, r->out,
+                  r->err);
 }
 
-static void expect_in(const char *what, const char *text, const char *needle, const result *r)
-{
+static void expect_in(const char *what, const char *text, const char *needle, const result *r) {
     ck_assert_msg(strstr(text, needle) != NULL, "%s: %s lacks \"%s\":\n%s", r->cmd, what, needle, text);
 }
 
 /* A refusal: exit `code`, nothing on stdout, and on stderr a message that
  * starts as `prefix` says ("xent-tune: ..."). */
-static void expect_failure(const result *r, int code, const char *prefix)
-{
+static void expect_failure(const result *r, int code, const char *prefix) {
     expect_code(r, code);
     ck_assert_msg(r->out_len == 0, "%s printed to stdout:\n%s", r->cmd, r->out);
     expect_in("stderr", r->err, prefix, r);

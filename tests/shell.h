@@ -53,7 +53,8 @@ static void shell_check(const shell_case *c) {
     else
         ck_assert_msg(code == c->code, "%s: exit status %d, expected %d\n$ %s\n%.4000s", c->name, code, c->code, c->cmd,
                       out);
-    if (c->want) ck_assert_msg(strstr(out, c->want), "%s: output lacks '%s'\n$ %s\n%.4000s", c->name, c->want, c->cmd, out);
+    if (c->want)
+        ck_assert_msg(strstr(out, c->want), "%s: output lacks '%s'\n$ %s\n%.4000s", c->name, c->want, c->cmd, out);
     if (c->reject)
         ck_assert_msg(!strstr(out, c->reject), "%s: output holds '%s'\n$ %s\n%.4000s", c->name, c->reject, c->cmd, out);
 }

@@ -14,13 +14,13 @@
 
 #include "xent.h"
 
-#define CUDA_OK(call)                                                                           \
-    do {                                                                                        \
-        cudaError_t e_ = (call);                                                                \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                         \
-            return 1;                                                                           \
-        }                                                                                       \
+#define CUDA_OK(call)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                                                \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 static double now_us(void) {

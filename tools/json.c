@@ -14,8 +14,10 @@ static void put_string(FILE *f, const char *s) {
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
         default:
-            if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
         }
     }
     fputc('"', f);
@@ -25,8 +27,10 @@ static void put_string(FILE *f, const char *s) {
 static void member(json *j, const char *key) {
     int d = j->depth;
     if (d > 0 && j->count[d]++) fputc(',', j->f);
-    if (d == 1) fputs("\n  ", j->f);
-    else if (d > 1 && j->count[d] > 1) fputc(' ', j->f);
+    if (d == 1)
+        fputs("\n  ", j->f);
+    else if (d > 1 && j->count[d] > 1)
+        fputc(' ', j->f);
     if (key && d > 0 && j->close[d - 1] == '}') {
         put_string(j->f, key);
         fputs(": ", j->f);
@@ -64,15 +68,19 @@ void json_end(json *j) {
 
 void json_string(json *j, const char *key, const char *value) {
     member(j, key);
-    if (value) put_string(j->f, value);
-    else fputs("null", j->f);
+    if (value)
+        put_string(j->f, value);
+    else
+        fputs("null", j->f);
     finish(j);
 }
 
 void json_number(json *j, const char *key, double value) {
     member(j, key);
-    if (isfinite(value)) fprintf(j->f, "%.10g", value);
-    else fputs("null", j->f);
+    if (isfinite(value))
+        fprintf(j->f, "%.10g", value);
+    else
+        fputs("null", j->f);
     finish(j);
 }
 

@@ -11,7 +11,7 @@
 typedef struct json {
     FILE *f;
     int depth;
-    int count[JSON_MAX_DEPTH]; /* values written so far at each depth */
+    int count[JSON_MAX_DEPTH];  /* values written so far at each depth */
     char close[JSON_MAX_DEPTH]; /* '}' or ']' for each open container */
 } json;
 

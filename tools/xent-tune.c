@@ -28,7 +28,7 @@
 #define MAX_GIVEN 64
 
 typedef struct cli {
-    const char *command;     /* NULL (tune), "show", "export", "import" */
+    const char *command; /* NULL (tune), "show", "export", "import" */
     const char *import_path, *output, *db_path, *gpu;
     int64_t shapes[MAX_SHAPES][2];
     int nshapes;
@@ -37,7 +37,7 @@ typedef struct cli {
     int ngiven;
     double budget;
     int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
-    int stamp;               /* import --stamp */
+    int stamp; /* import --stamp */
 } cli;
 
 static const char *prog = "xent-tune";
@@ -178,8 +178,8 @@ static int parse_number(const char *arg, double lo, double hi, double *out, cons
     char *end;
     double v = strtod(arg, &end);
     if (end == arg || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "%s: bad %s '%s' (expected a number in [%g, %g])\nTry '%s --help'.\n", prog, what, arg, lo,
-                hi, prog);
+        fprintf(stderr, "%s: bad %s '%s' (expected a number in [%g, %g])\nTry '%s --help'.\n", prog, what, arg, lo, hi,
+                prog);
         return EXIT_USAGE;
     }
     *out = v;
@@ -230,28 +230,61 @@ static int parse_option(cli *o, int opt, const char *arg) {
     switch (opt) {
     case 's': return add_shape(o, arg);
     case 'f': return read_shapes_file(o, arg);
-    case 'd': rc = parse_enum(arg, dtypes, &e, "dtype"); o->base.logits = (xent_dtype)e; return rc;
-    case 't': rc = parse_enum(arg, targets, &e, "targets dtype"); o->base.targets = (xent_index)e; return rc;
-    case 'r': rc = parse_enum(arg, reductions, &e, "reduction"); o->base.reduction = (xent_reduction)e; return rc;
-    case 'i': rc = parse_int(arg, INT64_MIN, INT64_MAX, &v, "ignore index"); o->base.ignore_index = v; return rc;
-    case 'l': rc = parse_number(arg, 0, 1, &d, "label smoothing"); o->base.label_smoothing = (float)d; return rc;
+    case 'd':
+        rc = parse_enum(arg, dtypes, &e, "dtype");
+        o->base.logits = (xent_dtype)e;
+        return rc;
+    case 't':
+        rc = parse_enum(arg, targets, &e, "targets dtype");
+        o->base.targets = (xent_index)e;
+        return rc;
+    case 'r':
+        rc = parse_enum(arg, reductions, &e, "reduction");
+        o->base.reduction = (xent_reduction)e;
+        return rc;
+    case 'i':
+        rc = parse_int(arg, INT64_MIN, INT64_MAX, &v, "ignore index");
+        o->base.ignore_index = v;
+        return rc;
+    case 'l':
+        rc = parse_number(arg, 0, 1, &d, "label smoothing");
+        o->base.label_smoothing = (float)d;
+        return rc;
     case 'w': o->base.has_weights = 1; return 0;
     case 'L': o->base.write_lse = 1; return 0;
-    case 'O': rc = parse_enum(arg, ops, &e, "op"); o->base.op = (xent_op)e; return rc;
-    case 'Z': rc = parse_number(arg, 0, 1e6, &d, "z-loss"); o->base.z_loss = (float)d; return rc;
-    case 'C': rc = parse_number(arg, 0, 1e30, &d, "softcap"); o->base.softcap = (float)d; return rc;
+    case 'O':
+        rc = parse_enum(arg, ops, &e, "op");
+        o->base.op = (xent_op)e;
+        return rc;
+    case 'Z':
+        rc = parse_number(arg, 0, 1e6, &d, "z-loss");
+        o->base.z_loss = (float)d;
+        return rc;
+    case 'C':
+        rc = parse_number(arg, 0, 1e30, &d, "softcap");
+        o->base.softcap = (float)d;
+        return rc;
     case 'g': o->gpu = arg; return 0;
     case 'b': return parse_number(arg, 0.1, 86400, &o->budget, "budget");
     case 'x': o->exhaustive = 1; return 0;
     case 'K': return add_given(o, arg);
-    case 'j': rc = parse_int(arg, 1, 64, &v, "jobs"); o->jobs = (int)v; return rc;
-    case 'D': rc = parse_int(arg, 0, 1024, &v, "device"); o->device = (int)v; return rc;
+    case 'j':
+        rc = parse_int(arg, 1, 64, &v, "jobs");
+        o->jobs = (int)v;
+        return rc;
+    case 'D':
+        rc = parse_int(arg, 0, 1024, &v, "device");
+        o->device = (int)v;
+        return rc;
     case 'B': o->db_path = arg; return 0;
     case 'n': o->dry_run = 1; return 0;
     case 'c': o->compile_only = 1; return 0;
     case 'a': return parse_arch(arg, &o->arch);
     case 'J': o->json = 1; return 0;
-    case 'T': rc = parse_int(arg, 1, 100000, &v, "top"); o->top = (int)v; return rc;
+    case 'T':
+        rc = parse_int(arg, 1, 100000, &v, "top");
+        o->top = (int)v;
+        return rc;
     case 'q': o->quiet = 1; return 0;
     case 'o': o->output = arg; return 0;
     case 'S': o->stamp = 1; return 0;
@@ -260,24 +293,36 @@ static int parse_option(cli *o, int opt, const char *arg) {
 }
 
 static int parse_args(cli *o, int argc, char **argv) {
-    static const struct option longs[] = {
-        {"shape", required_argument, 0, 's'},   {"shapes-file", required_argument, 0, 'f'},
-        {"dtype", required_argument, 0, 'd'},   {"targets", required_argument, 0, 't'},
-        {"reduction", required_argument, 0, 'r'}, {"ignore-index", required_argument, 0, 'i'},
-        {"label-smoothing", required_argument, 0, 'l'}, {"weights", no_argument, 0, 'w'},
-        {"lse", no_argument, 0, 'L'},           {"gpu", required_argument, 0, 'g'},
-        {"op", required_argument, 0, 'O'},      {"z-loss", required_argument, 0, 'Z'},
-        {"softcap", required_argument, 0, 'C'},
-        {"budget", required_argument, 0, 'b'},  {"exhaustive", no_argument, 0, 'x'},
-        {"config", required_argument, 0, 'K'},
-        {"jobs", required_argument, 0, 'j'},    {"device", required_argument, 0, 'D'},
-        {"db", required_argument, 0, 'B'},      {"dry-run", no_argument, 0, 'n'},
-        {"compile-only", no_argument, 0, 'c'},  {"arch", required_argument, 0, 'a'},
-        {"json", no_argument, 0, 'J'},          {"top", required_argument, 0, 'T'},
-        {"quiet", no_argument, 0, 'q'},         {"output", required_argument, 0, 'o'},
-        {"stamp", no_argument, 0, 'S'},
-        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
+    static const struct option longs[] = {{"shape", required_argument, 0, 's'},
+                                          {"shapes-file", required_argument, 0, 'f'},
+                                          {"dtype", required_argument, 0, 'd'},
+                                          {"targets", required_argument, 0, 't'},
+                                          {"reduction", required_argument, 0, 'r'},
+                                          {"ignore-index", required_argument, 0, 'i'},
+                                          {"label-smoothing", required_argument, 0, 'l'},
+                                          {"weights", no_argument, 0, 'w'},
+                                          {"lse", no_argument, 0, 'L'},
+                                          {"gpu", required_argument, 0, 'g'},
+                                          {"op", required_argument, 0, 'O'},
+                                          {"z-loss", required_argument, 0, 'Z'},
+                                          {"softcap", required_argument, 0, 'C'},
+                                          {"budget", required_argument, 0, 'b'},
+                                          {"exhaustive", no_argument, 0, 'x'},
+                                          {"config", required_argument, 0, 'K'},
+                                          {"jobs", required_argument, 0, 'j'},
+                                          {"device", required_argument, 0, 'D'},
+                                          {"db", required_argument, 0, 'B'},
+                                          {"dry-run", no_argument, 0, 'n'},
+                                          {"compile-only", no_argument, 0, 'c'},
+                                          {"arch", required_argument, 0, 'a'},
+                                          {"json", no_argument, 0, 'J'},
+                                          {"top", required_argument, 0, 'T'},
+                                          {"quiet", no_argument, 0, 'q'},
+                                          {"output", required_argument, 0, 'o'},
+                                          {"stamp", no_argument, 0, 'S'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {"version", no_argument, 0, 'V'},
+                                          {0, 0, 0, 0}};
     int opt, rc;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":s:f:d:t:r:i:l:wg:b:xj:na:cqo:hV", longs, NULL)) != -1) {
@@ -315,8 +360,7 @@ static int parse_args(cli *o, int argc, char **argv) {
             o->import_path = argv[optind++];
         }
         if (optind < argc) return bad_usage("unexpected argument '%s'", argv[optind]);
-        if (!strcmp(o->command, "export") && !strcmp(o->gpu, "auto"))
-            return bad_usage("export needs --gpu KEY%s", "");
+        if (!strcmp(o->command, "export") && !strcmp(o->gpu, "auto")) return bad_usage("export needs --gpu KEY%s", "");
         return 0;
     }
     if (!o->nshapes) return bad_usage("no problem given: use --shape NxC or --shapes-file FILE%s", "");
@@ -339,8 +383,7 @@ static const char *user_path_source(void) {
 static int cache_path(const cli *o, char *path, size_t len) {
     if (o->db_path) {
         if (snprintf(path, len, "%s", o->db_path) < (int)len) return 0;
-        fprintf(stderr, "%s: the --db path is too long (%zu bytes, at most %zu)\n", prog, strlen(o->db_path),
-                len - 1);
+        fprintf(stderr, "%s: the --db path is too long (%zu bytes, at most %zu)\n", prog, strlen(o->db_path), len - 1);
         return EXIT_CACHE;
     }
     if (tc_user_path(path, len) == XENT_OK) return 0;
@@ -394,7 +437,7 @@ static void json_problem(json *j, const char *key, const xent_problem *p) {
 }
 
 typedef struct show_state {
-    json *j;     /* NULL: a table */
+    json *j; /* NULL: a table */
     int rows;
 } show_state;
 
@@ -478,7 +521,7 @@ static int cmd_show(const cli *o) {
  * (/dev/stdout, a FIFO) cannot be replaced and is written directly. */
 typedef struct out_file {
     FILE *f;
-    char tmp[4200];  /* "" when written directly */
+    char tmp[4200]; /* "" when written directly */
 } out_file;
 
 static int open_output(const char *path, out_file *o) {
@@ -543,8 +586,10 @@ static int cmd_import(const cli *o) {
     int rc = open_db(o, 0, &db), rows = 0;
     if (rc) return rc;
     rc = tc_import_file(db, o->import_path, &rows);
-    if (rc) fprintf(stderr, "%s: %s (nothing was imported)\n", prog, tc_errmsg(db));
-    else printf("imported %d entr%s from %s\n", rows, rows == 1 ? "y" : "ies", o->import_path);
+    if (rc)
+        fprintf(stderr, "%s: %s (nothing was imported)\n", prog, tc_errmsg(db));
+    else
+        printf("imported %d entr%s from %s\n", rows, rows == 1 ? "y" : "ies", o->import_path);
     if (!rc && o->stamp && (rc = tc_stamp(db, xent_template_hash, xent_nvrtc_version(), &rows)))
         fprintf(stderr, "%s: %s\n", prog, tc_errmsg(db));
     else if (!rc && o->stamp)
@@ -570,8 +615,8 @@ static int check_problems(const cli *o) {
         xent_problem p;
         problem_for(o, i, &p);
         if (xent_problem_check(&p, why, sizeof why)) {
-            fprintf(stderr, "%s: shape %lldx%lld: %s\nTry '%s --help'.\n", prog, (long long)p.n,
-                    (long long)p.c, why, prog);
+            fprintf(stderr, "%s: shape %lldx%lld: %s\nTry '%s --help'.\n", prog, (long long)p.n, (long long)p.c, why,
+                    prog);
             return EXIT_USAGE;
         }
     }
@@ -658,8 +703,10 @@ static int cmd_dry_run(const cli *o) {
         }
         for (int k = 0; k < n; k++) {
             xent_config_format(&cfgs[k], cfg, sizeof cfg);
-            if (o->json) json_string(&j, NULL, cfg);
-            else printf("%s\n", cfg);
+            if (o->json)
+                json_string(&j, NULL, cfg);
+            else
+                printf("%s\n", cfg);
         }
         heuristic_text(o, &p, cfg, sizeof cfg);
         if (o->json) {
@@ -688,8 +735,8 @@ static void progress(void *arg, int done, int total, double best_us, const char 
     if (best_us > 0) snprintf(best, sizeof best, b->tty ? " best %8.2f us" : ", best %.2f us", best_us);
     if (b->tty) {
         int width = 30, fill = total ? done * width / total : 0;
-        fprintf(stderr, "\r  %-10s [%.*s%*s] %4d/%-4d%s", stage, fill, "##############################",
-                width - fill, "", done, total, best);
+        fprintf(stderr, "\r  %-10s [%.*s%*s] %4d/%-4d%s", stage, fill, "##############################", width - fill,
+                "", done, total, best);
         fflush(stderr);
     } else if (done - b->last >= 25 || done == total) {
         fprintf(stderr, "  %s: %d/%d candidates%s\n", stage, done, total, best);
@@ -719,8 +766,10 @@ static void compile_report(json *j, const xent_config *c, int status, const xent
     char cfg[200];
     xent_config_format(c, cfg, sizeof cfg);
     if (!j) {
-        if (status) printf("FAILED %s: %s\n", cfg, err);
-        else printf("%5d %6d %6d %6d  %s\n", bin->registers, bin->spill_bytes, bin->stack_bytes, bin->smem_bytes, cfg);
+        if (status)
+            printf("FAILED %s: %s\n", cfg, err);
+        else
+            printf("%5d %6d %6d %6d  %s\n", bin->registers, bin->spill_bytes, bin->stack_bytes, bin->smem_bytes, cfg);
         return;
     }
     json_object(j, NULL);
@@ -758,8 +807,8 @@ static int compile_problem(const cli *o, json *j, int i, int *failed) {
             json_int(j, "arch", o->arch);
             json_array(j, "results");
         } else {
-            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs",
-                   "spill", "stack", "smem", "config");
+            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
+                   "stack", "smem", "config");
         }
         for (int k = 0; k < n; k++) {
             *failed += status[k] != 0;
@@ -798,8 +847,9 @@ static int check_gpu(const cli *o, const xent_device_info *info) {
     int cc = info->cc_major * 10 + info->cc_minor, sm_ok = !g;
     for (int i = 0; g && i < 3 && g->sms[i]; i++) sm_ok |= g->sms[i] == info->sm_count;
     if (strcmp(info->key, o->gpu) || (g && g->cc != cc) || !sm_ok) {
-        fprintf(stderr, "%s: the GPU present is %s (key %s, sm_%d, %d SMs), not %s%s; refusing to store entries for it\n",
-                prog, info->name, info->key, cc, info->sm_count, o->gpu, g ? "" : " (unknown key)");
+        fprintf(stderr,
+                "%s: the GPU present is %s (key %s, sm_%d, %d SMs), not %s%s; refusing to store entries for it\n", prog,
+                info->name, info->key, cc, info->sm_count, o->gpu, g ? "" : " (unknown key)");
         return EXIT_DEVICE;
     }
     return 0;
@@ -810,13 +860,14 @@ static void config_text(const xent_config *c, char *buf, size_t len) { xent_conf
 static void print_table(const cli *o, const xent_problem *p, const xent_device_info *info, const xent_tune_result *r) {
     char what[160], cfg[200];
     describe_problem(p, what, sizeof what);
-    printf("%s %s: %d candidates, %d timed, %d failed, %.1f s\n", info->key, what, r->candidates, r->timed,
-           r->failed, r->wall_s);
+    printf("%s %s: %d candidates, %d timed, %d failed, %.1f s\n", info->key, what, r->candidates, r->timed, r->failed,
+           r->wall_s);
     /* a short budget on a cold kernel cache can end the search before any
      * variant (cache hint, block, persistence, POLY...) was tried */
     if (r->unreached)
         printf("budget: %d variants of the fastest structures left untimed (--budget %.0f s; a larger one times "
-               "them)\n", r->unreached, o->budget);
+               "them)\n",
+               r->unreached, o->budget);
     printf("floor (streaming read of the same %.1f MB): %.2f us = %.2f TB/s\n", r->bytes / 1e6, r->floor_us,
            r->bytes / (r->floor_us * 1e6));
     printf("%4s %9s %7s %7s %8s  %s\n", "rank", "us", "GB/s", "%floor", "vs heur", "config");
@@ -869,8 +920,10 @@ static void print_json(json *j, const cli *o, const xent_problem *p, const xent_
     json_int(j, "unreached", r->unreached);
     json_bool(j, "given", o->ngiven > 0);
     json_trial(j, "heuristic", &r->heuristic);
-    if (r->best.status == TRIAL_OK) json_trial(j, "best", &r->best);
-    else json_string(j, "best", NULL);
+    if (r->best.status == TRIAL_OK)
+        json_trial(j, "best", &r->best);
+    else
+        json_string(j, "best", NULL);
     json_array(j, "top");
     for (int i = 0, n = 0; i < r->ntrials && n < o->top; i++)
         if (r->trials[i].status == TRIAL_OK) {
@@ -922,8 +975,10 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return rc == XENT_ECACHE ? EXIT_CACHE : 1;
     }
-    if (j) print_json(j, o, &p, info, &r);
-    else print_table(o, &p, info, &r);
+    if (j)
+        print_json(j, o, &p, info, &r);
+    else
+        print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
     xent_tune_result_free(&r);
     if (unstored) {

@@ -38,8 +38,10 @@ static void fill_host(tune_bufs *b, const xent_problem *p, uint64_t seed) {
     }
     for (int64_t i = 0; i < p->n; i++) {
         int64_t t = (int64_t)(next_random(&s) % (uint64_t)p->c);
-        if (p->targets == XENT_I64) ((int64_t *)b->host_targets)[i] = t;
-        else ((int32_t *)b->host_targets)[i] = (int32_t)t;
+        if (p->targets == XENT_I64)
+            ((int64_t *)b->host_targets)[i] = t;
+        else
+            ((int32_t *)b->host_targets)[i] = (int32_t)t;
     }
     if (b->host_weights)
         for (int64_t j = 0; j < p->c; j++) b->host_weights[j] = (float)(0.25 + uniform01(&s));
@@ -115,8 +117,10 @@ int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tu
     int rc = alloc_host(b, p);
     if (rc) return xent_fail(ctx, rc, "tuner: host buffers for %lldx%lld", (long long)p->n, (long long)p->c);
     fill_host(b, p, seed);
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD) rc = grad_bufs(ctx, p, b);
-    else rc = xent_ref_forward(p, b->host_logits, b->host_targets, b->host_weights, b->ref, NULL, NULL);
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD)
+        rc = grad_bufs(ctx, p, b);
+    else
+        rc = xent_ref_forward(p, b->host_logits, b->host_targets, b->host_weights, b->ref, NULL, NULL);
     if (rc) return xent_fail(ctx, rc, "tuner: reference failed");
     b->ncopies = copies_for(ctx, b->logits_bytes + b->targets_bytes);
     for (int i = 0; i < b->ncopies && !rc; i++)

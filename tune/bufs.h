@@ -7,16 +7,16 @@
 typedef struct tune_bufs {
     void *host_logits, *host_targets;
     float *host_weights, *host_out;
-    double *ref;              /* float64 reference, out_count values */
+    double *ref; /* float64 reference, out_count values */
     size_t logits_bytes, targets_bytes, out_count;
-    int ncopies;              /* rotated device copies of logits and targets */
+    int ncopies; /* rotated device copies of logits and targets */
     CUdeviceptr logits[64], targets[64];
     CUdeviceptr weights, loss, lse;
     /* the xent_grad family: the gradient (one buffer), dloss = 1, and for a
      * backward the reference's lse as its input */
     xent_op op;
     CUdeviceptr grad, dloss, lse_in;
-    double *ref_grad;         /* rows 0, grad_step, ... of the float64 gradient */
+    double *ref_grad; /* rows 0, grad_step, ... of the float64 gradient */
     int64_t grad_step, n, c, row_stride;
     xent_dtype dtype;
     void *host_grad;

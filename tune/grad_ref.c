@@ -12,34 +12,27 @@
 #include <math.h>
 #include <stdlib.h>
 
-static double ref_elem(const xent_problem *p, const void *logits, int64_t i, int64_t j)
-{
+static double ref_elem(const xent_problem *p, const void *logits, int64_t i, int64_t j) {
     const int64_t off = i * p->row_stride + j;
-    if (p->logits == XENT_F32)
-        return ((const float *)logits)[off];
+    if (p->logits == XENT_F32) return ((const float *)logits)[off];
     const uint16_t h = ((const uint16_t *)logits)[off];
     return p->logits == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
 }
 
-static int64_t ref_tgt(const xent_problem *p, const void *targets, int64_t i)
-{
+static int64_t ref_tgt(const xent_problem *p, const void *targets, int64_t i) {
     return p->targets == XENT_I32 ? ((const int32_t *)targets)[i] : ((const int64_t *)targets)[i];
 }
 
 /* The row as the softmax sees it, its max and log of the shifted sum. */
-static void ref_capped_row(const xent_problem *p, const void *logits, int64_t i, double *y, double *max,
-                           double *logs)
-{
+static void ref_capped_row(const xent_problem *p, const void *logits, int64_t i, double *y, double *max, double *logs) {
     double m = -INFINITY;
     for (int64_t j = 0; j < p->c; j++) {
         double x = ref_elem(p, logits, i, j);
         y[j] = p->softcap > 0.0f ? (double)p->softcap * tanh(x / (double)p->softcap) : x;
-        if (y[j] > m)
-            m = y[j];
+        if (y[j] > m) m = y[j];
     }
     double s = 0.0;
-    for (int64_t j = 0; j < p->c; j++)
-        s += exp(y[j] - m);
+    for (int64_t j = 0; j < p->c; j++) s += exp(y[j] - m);
     *max = m;
     *logs = log(s);
 }
@@ -47,22 +40,18 @@ static void ref_capped_row(const xent_problem *p, const void *logits, int64_t i,
 static double ref_w(const float *w, int64_t j) { return w ? (double)w[j] : 1.0; }
 
 int xent_ref_train(const xent_problem *p, const void *logits, const void *targets, const float *weights,
-                   const float *dloss, double *loss, double *lse, double *grad, int64_t grad_step)
-{
+                   const float *dloss, double *loss, double *lse, double *grad, int64_t grad_step) {
     if (!p || !logits || !targets || !loss || p->n < 1 || p->c < 1 || p->row_stride < p->c || grad_step < 1 ||
         (p->has_weights != 0) != (weights != NULL))
         return XENT_EINVAL;
     double *y = malloc((size_t)p->c * sizeof *y);
-    if (!y)
-        return XENT_ENOMEM;
+    if (!y) return XENT_ENOMEM;
     const double eps = p->label_smoothing, z = p->z_loss, C = (double)p->c;
     double W = 0.0, denom = 0.0, total = 0.0;
-    for (int64_t j = 0; j < p->c; j++)
-        W += ref_w(weights, j);
+    for (int64_t j = 0; j < p->c; j++) W += ref_w(weights, j);
     for (int64_t i = 0; i < p->n; i++) {
         int64_t t = ref_tgt(p, targets, i);
-        if (t != p->ignore_index && t >= 0 && t < p->c)
-            denom += ref_w(weights, t);
+        if (t != p->ignore_index && t >= 0 && t < p->c) denom += ref_w(weights, t);
     }
     for (int64_t i = 0; i < p->n; i++) {
         double m, logs, row = 0.0;
@@ -70,8 +59,7 @@ int xent_ref_train(const xent_problem *p, const void *logits, const void *target
         const int ignored = t == p->ignore_index, bad = !ignored && (t < 0 || t >= p->c);
         ref_capped_row(p, logits, i, y, &m, &logs);
         const double l = m + logs;
-        if (lse)
-            lse[i] = l;
+        if (lse) lse[i] = l;
         if (bad)
             row = NAN;
         else if (!ignored) {
@@ -79,21 +67,17 @@ int xent_ref_train(const xent_problem *p, const void *logits, const void *target
             row = (1.0 - eps) * wt * (logs - (y[t] - m));
             if (eps > 0.0) {
                 double smooth = 0.0;
-                for (int64_t j = 0; j < p->c; j++)
-                    smooth += ref_w(weights, j) * (logs - (y[j] - m));
+                for (int64_t j = 0; j < p->c; j++) smooth += ref_w(weights, j) * (logs - (y[j] - m));
                 row += eps / C * smooth;
             }
             row += z * l * l;
         }
-        if (p->reduction == XENT_REDUCE_NONE)
-            loss[i] = row;
+        if (p->reduction == XENT_REDUCE_NONE) loss[i] = row;
         total += row;
-        if (!grad || i % grad_step)
-            continue;
+        if (!grad || i % grad_step) continue;
         double *gi = grad + i / grad_step * p->c;
         double f = dloss ? (double)dloss[p->reduction == XENT_REDUCE_NONE ? i : 0] : 1.0;
-        if (p->reduction == XENT_REDUCE_MEAN)
-            f /= denom;
+        if (p->reduction == XENT_REDUCE_MEAN) f /= denom;
         const double wt = ignored || bad ? 0.0 : ref_w(weights, t);
         const double A = (1.0 - eps) * wt + eps / C * W + 2.0 * z * l;
         for (int64_t j = 0; j < p->c; j++) {

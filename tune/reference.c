@@ -24,33 +24,24 @@
 /* yet, and the reference must stand alone in the tuner and GPU tests).     */
 /* ------------------------------------------------------------------------ */
 
-static int ref_check_problem(const xent_problem *p)
-{
-    if (p->n < 1 || p->c < 1 || p->row_stride < p->c)
-        return XENT_EINVAL;
+static int ref_check_problem(const xent_problem *p) {
+    if (p->n < 1 || p->c < 1 || p->row_stride < p->c) return XENT_EINVAL;
     if (p->n > INT64_MAX / p->row_stride) /* element offsets must fit int64 */
         return XENT_EINVAL;
-    if (p->logits != XENT_F32 && p->logits != XENT_F16 && p->logits != XENT_BF16)
-        return XENT_EINVAL;
-    if (p->targets != XENT_I32 && p->targets != XENT_I64)
-        return XENT_EINVAL;
-    if (p->reduction != XENT_REDUCE_NONE && p->reduction != XENT_REDUCE_SUM &&
-        p->reduction != XENT_REDUCE_MEAN)
+    if (p->logits != XENT_F32 && p->logits != XENT_F16 && p->logits != XENT_BF16) return XENT_EINVAL;
+    if (p->targets != XENT_I32 && p->targets != XENT_I64) return XENT_EINVAL;
+    if (p->reduction != XENT_REDUCE_NONE && p->reduction != XENT_REDUCE_SUM && p->reduction != XENT_REDUCE_MEAN)
         return XENT_EINVAL;
     /* written so that NaN fails too */
-    if (!(p->label_smoothing >= 0.0f && p->label_smoothing <= 1.0f))
-        return XENT_EINVAL;
+    if (!(p->label_smoothing >= 0.0f && p->label_smoothing <= 1.0f)) return XENT_EINVAL;
     return XENT_OK;
 }
 
-static int ref_check_args(const xent_problem *p, const void *logits, const void *targets,
-                          const float *weights, const double *out)
-{
-    if (!p || !logits || !targets || !out)
-        return XENT_EINVAL;
+static int ref_check_args(const xent_problem *p, const void *logits, const void *targets, const float *weights,
+                          const double *out) {
+    if (!p || !logits || !targets || !out) return XENT_EINVAL;
     /* weights must match has_weights both ways: a stray pointer is a caller bug */
-    if ((p->has_weights != 0) != (weights != NULL))
-        return XENT_EINVAL;
+    if ((p->has_weights != 0) != (weights != NULL)) return XENT_EINVAL;
     return ref_check_problem(p);
 }
 
@@ -60,28 +51,22 @@ static int ref_check_args(const xent_problem *p, const void *logits, const void 
 
 /* Widen row i to doubles once, so the later passes (max, exp-sum, smoothing)
  * read one format and the conversions are not repeated. */
-static void ref_load_row(const xent_problem *p, const void *logits, int64_t i, double *x)
-{
+static void ref_load_row(const xent_problem *p, const void *logits, int64_t i, double *x) {
     const int64_t off = i * p->row_stride;
     if (p->logits == XENT_F32) {
         const float *r = (const float *)logits + off;
-        for (int64_t j = 0; j < p->c; j++)
-            x[j] = r[j];
+        for (int64_t j = 0; j < p->c; j++) x[j] = r[j];
     } else if (p->logits == XENT_F16) {
         const uint16_t *r = (const uint16_t *)logits + off;
-        for (int64_t j = 0; j < p->c; j++)
-            x[j] = xent_half_to_float(r[j]);
+        for (int64_t j = 0; j < p->c; j++) x[j] = xent_half_to_float(r[j]);
     } else {
         const uint16_t *r = (const uint16_t *)logits + off;
-        for (int64_t j = 0; j < p->c; j++)
-            x[j] = xent_bf16_to_float(r[j]);
+        for (int64_t j = 0; j < p->c; j++) x[j] = xent_bf16_to_float(r[j]);
     }
 }
 
-static int64_t ref_target(const xent_problem *p, const void *targets, int64_t i)
-{
-    if (p->targets == XENT_I32)
-        return ((const int32_t *)targets)[i];
+static int64_t ref_target(const xent_problem *p, const void *targets, int64_t i) {
+    if (p->targets == XENT_I32) return ((const int32_t *)targets)[i];
     return ((const int64_t *)targets)[i];
 }
 
@@ -94,8 +79,7 @@ typedef struct ref_row_stats {
     double lse;  /* as torch.logsumexp: NaN if any NaN, +inf if any +inf, -inf if all -inf */
 } ref_row_stats;
 
-static ref_row_stats ref_row_softmax(const double *x, int64_t c)
-{
+static ref_row_stats ref_row_softmax(const double *x, int64_t c) {
     ref_row_stats st = {-INFINITY, 0.0, 0.0};
     int has_nan = 0;
     for (int64_t j = 0; j < c; j++) {
@@ -114,8 +98,7 @@ static ref_row_stats ref_row_softmax(const double *x, int64_t c)
         return st;
     }
     double s = 0.0; /* >= 1: the max contributes exp(0) */
-    for (int64_t j = 0; j < c; j++)
-        s += exp(x[j] - st.max);
+    for (int64_t j = 0; j < c; j++) s += exp(x[j] - st.max);
     st.logs = log(s);
     st.lse = st.max + st.logs;
     return st;
@@ -123,21 +106,16 @@ static ref_row_stats ref_row_softmax(const double *x, int64_t c)
 
 /* Loss of a non-ignored row with a valid target t, as PyTorch computes it:
  * -log_softmax_j = logs - (x_j - max). */
-static double ref_row_loss(const double *x, int64_t c, int64_t t, ref_row_stats st,
-                           const float *w, double eps)
-{
+static double ref_row_loss(const double *x, int64_t c, int64_t t, ref_row_stats st, const float *w, double eps) {
     /* log_softmax is NaN across a row of only -inf, or one holding +inf or
      * NaN, so PyTorch's loss is NaN whatever the target. */
-    if (isnan(st.logs))
-        return NAN;
+    if (isnan(st.logs)) return NAN;
     const double nll = (w ? (double)w[t] : 1.0) * (st.logs - (x[t] - st.max));
     /* PyTorch takes the smoothing path only for eps > 0; skipping it at 0
      * also avoids 0 * inf = NaN from a -inf logit. */
-    if (eps == 0.0)
-        return nll;
+    if (eps == 0.0) return nll;
     double smooth = 0.0; /* summed term by term: each is >= 0, no cancellation */
-    for (int64_t j = 0; j < c; j++)
-        smooth += (w ? (double)w[j] : 1.0) * (st.logs - (x[j] - st.max));
+    for (int64_t j = 0; j < c; j++) smooth += (w ? (double)w[j] : 1.0) * (st.logs - (x[j] - st.max));
     return (1.0 - eps) * nll + (eps / (double)c) * smooth;
 }
 
@@ -157,11 +135,11 @@ typedef struct ref_job {
     const void *logits, *targets;
     const float *w;
     double eps;
-    double *rows;          /* per-row losses (reduction none) or NULL */
-    double *lse;           /* per-row lse or NULL */
+    double *rows; /* per-row losses (reduction none) or NULL */
+    double *lse;  /* per-row lse or NULL */
     int64_t rows_per_chunk, nchunks;
-    ref_partial *parts;    /* nchunks */
-    atomic_llong next;     /* next chunk to take */
+    ref_partial *parts; /* nchunks */
+    atomic_llong next;  /* next chunk to take */
 } ref_job;
 
 typedef struct ref_worker {
@@ -169,13 +147,11 @@ typedef struct ref_worker {
     double *scratch; /* c doubles: the widened row */
 } ref_worker;
 
-static void ref_do_row(ref_job *jb, int64_t i, double *x, ref_partial *pt)
-{
+static void ref_do_row(ref_job *jb, int64_t i, double *x, ref_partial *pt) {
     const xent_problem *p = jb->p;
     ref_load_row(p, jb->logits, i, x);
     const ref_row_stats st = ref_row_softmax(x, p->c);
-    if (jb->lse)
-        jb->lse[i] = st.lse;
+    if (jb->lse) jb->lse[i] = st.lse;
     const int64_t t = ref_target(p, jb->targets, i);
     double loss = 0.0;
     /* ignore_index is tested first: it may lie inside [0, c) */
@@ -189,54 +165,44 @@ static void ref_do_row(ref_job *jb, int64_t i, double *x, ref_partial *pt)
         }
     }
     pt->loss += loss;
-    if (jb->rows)
-        jb->rows[i] = loss;
+    if (jb->rows) jb->rows[i] = loss;
 }
 
-static void *ref_worker_main(void *arg)
-{
+static void *ref_worker_main(void *arg) {
     ref_worker *wk = arg;
     ref_job *jb = wk->job;
     for (;;) {
         const int64_t k = atomic_fetch_add(&jb->next, 1);
-        if (k >= jb->nchunks)
-            break;
+        if (k >= jb->nchunks) break;
         ref_partial pt = {0.0, 0.0, 0};
         const int64_t lo = k * jb->rows_per_chunk;
         int64_t hi = lo + jb->rows_per_chunk;
-        if (hi > jb->p->n)
-            hi = jb->p->n;
-        for (int64_t i = lo; i < hi; i++)
-            ref_do_row(jb, i, wk->scratch, &pt);
+        if (hi > jb->p->n) hi = jb->p->n;
+        for (int64_t i = lo; i < hi; i++) ref_do_row(jb, i, wk->scratch, &pt);
         jb->parts[k] = pt;
     }
     return NULL;
 }
 
 enum {
-    REF_CHUNK_ELEMS = 1 << 16,   /* elements per chunk: fixed so sums never depend on threads */
-    REF_THREAD_ELEMS = 1 << 20,  /* no extra thread for less work than this */
+    REF_CHUNK_ELEMS = 1 << 16,  /* elements per chunk: fixed so sums never depend on threads */
+    REF_THREAD_ELEMS = 1 << 20, /* no extra thread for less work than this */
     REF_MAX_THREADS = 32
 };
 
-static int ref_thread_count(const xent_problem *p, int64_t nchunks)
-{
+static int ref_thread_count(const xent_problem *p, int64_t nchunks) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t t = cpus > 0 ? cpus : 1;
     const int64_t by_work = (p->n * p->c) / REF_THREAD_ELEMS + 1;
-    if (t > by_work)
-        t = by_work;
-    if (t > nchunks)
-        t = nchunks;
-    if (t > REF_MAX_THREADS)
-        t = REF_MAX_THREADS;
+    if (t > by_work) t = by_work;
+    if (t > nchunks) t = nchunks;
+    if (t > REF_MAX_THREADS) t = REF_MAX_THREADS;
     return (int)t;
 }
 
 /* Run the job on nthr workers (the caller is one of them); a thread that
  * cannot be created just leaves its share to the others. */
-static void ref_run(ref_job *jb, double *scratch, int nthr)
-{
+static void ref_run(ref_job *jb, double *scratch, int nthr) {
     pthread_t tid[REF_MAX_THREADS];
     ref_worker wk[REF_MAX_THREADS];
     int started[REF_MAX_THREADS] = {0};
@@ -244,27 +210,22 @@ static void ref_run(ref_job *jb, double *scratch, int nthr)
         wk[k].job = jb;
         wk[k].scratch = scratch + (size_t)k * (size_t)jb->p->c;
     }
-    for (int k = 1; k < nthr; k++)
-        started[k] = pthread_create(&tid[k], NULL, ref_worker_main, &wk[k]) == 0;
+    for (int k = 1; k < nthr; k++) started[k] = pthread_create(&tid[k], NULL, ref_worker_main, &wk[k]) == 0;
     ref_worker_main(&wk[0]);
     for (int k = 1; k < nthr; k++)
-        if (started[k])
-            pthread_join(tid[k], NULL);
+        if (started[k]) pthread_join(tid[k], NULL);
 }
 
 /* Scratch of nthr rows; fewer threads if memory is short. */
-static double *ref_alloc_scratch(int64_t c, int *nthr)
-{
+static double *ref_alloc_scratch(int64_t c, int *nthr) {
     for (; *nthr >= 1; *nthr /= 2) {
         double *s = malloc((size_t)*nthr * (size_t)c * sizeof(double));
-        if (s)
-            return s;
+        if (s) return s;
     }
     return NULL;
 }
 
-static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows)
-{
+static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows) {
     double loss = 0.0, weight = 0.0;
     int64_t bad = 0;
     for (int64_t k = 0; k < jb->nchunks; k++) {
@@ -279,18 +240,14 @@ static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows)
          * weight: a zero weight makes the nll part 0/0 = NaN, so the mean is NaN
          * even when the smoothing part alone would be finite or infinite. */
         out[0] = weight == 0.0 ? NAN : loss / weight;
-    if (bad_rows)
-        *bad_rows = bad;
+    if (bad_rows) *bad_rows = bad;
 }
 
-int xent_ref_forward(const xent_problem *p, const void *logits, const void *targets,
-                     const float *weights, double *out, double *lse, int64_t *bad_rows)
-{
+int xent_ref_forward(const xent_problem *p, const void *logits, const void *targets, const float *weights, double *out,
+                     double *lse, int64_t *bad_rows) {
     int rc = ref_check_args(p, logits, targets, weights, out);
-    if (rc != XENT_OK)
-        return rc;
-    if ((uint64_t)p->c > SIZE_MAX / sizeof(double) / REF_MAX_THREADS)
-        return XENT_ENOMEM;
+    if (rc != XENT_OK) return rc;
+    if ((uint64_t)p->c > SIZE_MAX / sizeof(double) / REF_MAX_THREADS) return XENT_ENOMEM;
 
     ref_job jb;
     memset(&jb, 0, sizeof jb);
@@ -323,22 +280,19 @@ int xent_ref_forward(const xent_problem *p, const void *logits, const void *targ
 /* Host fp16 / bf16 conversions (bit manipulation: no reliance on _Float16)  */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t ref_f32_bits(float f)
-{
+static uint32_t ref_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float ref_bits_f32(uint32_t u)
-{
+static float ref_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-float xent_half_to_float(uint16_t h)
-{
+float xent_half_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu;
     const uint32_t man = h & 0x3ffu;
@@ -352,16 +306,14 @@ float xent_half_to_float(uint16_t h)
 }
 
 /* Shift m right by s (1..31) rounding to nearest, ties to even. */
-static uint32_t ref_shift_rne(uint32_t m, unsigned s)
-{
+static uint32_t ref_shift_rne(uint32_t m, unsigned s) {
     const uint32_t q = m >> s;
     const uint32_t rem = m & ((1u << s) - 1u);
     const uint32_t half = 1u << (s - 1);
     return q + (rem > half || (rem == half && (q & 1u)));
 }
 
-uint16_t xent_float_to_half(float f)
-{
+uint16_t xent_float_to_half(float f) {
     const uint32_t u = ref_f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
@@ -371,7 +323,7 @@ uint16_t xent_float_to_half(float f)
         return (uint16_t)(sign | 0x7c00u);
     const uint32_t e = a >> 23;
     const uint32_t m = (a & 0x7fffffu) | 0x800000u; /* implicit bit */
-    if (e < 102) /* below 2^-25: rounds to zero (2^-25 itself is a tie to 0) */
+    if (e < 102)                                    /* below 2^-25: rounds to zero (2^-25 itself is a tie to 0) */
         return sign;
     if (e < 113) /* half subnormal: value = m * 2^(e-150) = h * 2^-24 */
         return (uint16_t)(sign | ref_shift_rne(m, 126u - e));
@@ -380,13 +332,9 @@ uint16_t xent_float_to_half(float f)
     return (uint16_t)(sign | h);
 }
 
-float xent_bf16_to_float(uint16_t b)
-{
-    return ref_bits_f32((uint32_t)b << 16);
-}
+float xent_bf16_to_float(uint16_t b) { return ref_bits_f32((uint32_t)b << 16); }
 
-uint16_t xent_float_to_bf16(float f)
-{
+uint16_t xent_float_to_bf16(float f) {
     const uint32_t u = ref_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
         return (uint16_t)((u >> 16) | 0x0040u);
@@ -398,31 +346,23 @@ uint16_t xent_float_to_bf16(float f)
 /* Relative errors                                                          */
 /* ------------------------------------------------------------------------ */
 
-double xent_rel_err(double a, double b)
-{
-    if (isnan(a) || isnan(b))
-        return (isnan(a) && isnan(b)) ? 0.0 : INFINITY;
+double xent_rel_err(double a, double b) {
+    if (isnan(a) || isnan(b)) return (isnan(a) && isnan(b)) ? 0.0 : INFINITY;
     if (a == b) /* equal infinities and +0 == -0 too */
         return 0.0;
-    if (isinf(a) || isinf(b))
-        return INFINITY;
+    if (isinf(a) || isinf(b)) return INFINITY;
     return fabs(a - b) / fmax(fabs(b), XENT_REL_ERR_TINY);
 }
 
-double xent_rel_err_vec(const float *a, const double *b, int64_t n)
-{
-    if (n <= 0)
-        return 0.0;
-    if (!a || !b)
-        return NAN;
+double xent_rel_err_vec(const float *a, const double *b, int64_t n) {
+    if (n <= 0) return 0.0;
+    if (!a || !b) return NAN;
     xent_err_acc acc = {0};
-    for (int64_t i = 0; i < n && !acc.bad; i++)
-        xent_err_acc_add(&acc, a[i], b[i]);
+    for (int64_t i = 0; i < n && !acc.bad; i++) xent_err_acc_add(&acc, a[i], b[i]);
     return xent_err_acc_value(&acc);
 }
 
-void xent_err_acc_add(xent_err_acc *acc, double a, double b)
-{
+void xent_err_acc_add(xent_err_acc *acc, double a, double b) {
     if (!isfinite(a) || !isfinite(b)) {
         if (!((isnan(a) && isnan(b)) || a == b)) /* matching non-finite values are left out */
             acc->bad = 1;
@@ -432,7 +372,6 @@ void xent_err_acc_add(xent_err_acc *acc, double a, double b)
     acc->b2 += b * b;
 }
 
-double xent_err_acc_value(const xent_err_acc *acc)
-{
+double xent_err_acc_value(const xent_err_acc *acc) {
     return acc->bad ? INFINITY : sqrt(acc->d2) / fmax(sqrt(acc->b2), XENT_REL_ERR_TINY);
 }

@@ -59,8 +59,8 @@ extern "C" {
  * [0, 1] or NaN, weights given or missing against has_weights) or
  * XENT_ENOMEM (scratch of threads x c doubles could not be allocated).
  */
-int xent_ref_forward(const xent_problem *p, const void *logits, const void *targets,
-                     const float *weights, double *out, double *lse, int64_t *bad_rows);
+int xent_ref_forward(const xent_problem *p, const void *logits, const void *targets, const float *weights, double *out,
+                     double *lse, int64_t *bad_rows);
 
 /**
  * float64 reference of the training ops, on the whole vocabulary: the loss

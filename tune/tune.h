@@ -25,7 +25,7 @@ typedef enum trial_status {
 typedef struct xent_trial {
     xent_config config;
     trial_status status;
-    double us;         /* median µs per call, back to back */
+    double us; /* median µs per call, back to back */
     double gbps;
     double rel_err;
     int registers;
@@ -35,29 +35,29 @@ typedef struct xent_trial {
 typedef void (*xent_tune_progress)(void *arg, int done, int total, double best_us, const char *stage);
 
 typedef struct xent_tune_opts {
-    double budget_s;       /* wall-clock budget: stops the variants stage (default 30) */
-    int exhaustive;        /* time every relevant candidate, not the staged search */
-    int threads;           /* compile threads (default: online CPUs) */
-    int reps;              /* timed repeats per candidate (default 15) */
+    double budget_s; /* wall-clock budget: stops the variants stage (default 30) */
+    int exhaustive;  /* time every relevant candidate, not the staged search */
+    int threads;     /* compile threads (default: online CPUs) */
+    int reps;        /* timed repeats per candidate (default 15) */
     xent_tune_progress progress;
     void *progress_arg;
     const xent_config *only; /* when non-NULL, time these nonly configs, not the space's; */
     int nonly;               /* the winner is then reported but never stored */
-    tc_db *db;             /* winner and trials are stored here when non-NULL */
-    const char *settings;  /* stored with the winner */
+    tc_db *db;               /* winner and trials are stored here when non-NULL */
+    const char *settings;    /* stored with the winner */
 } xent_tune_opts;
 
 typedef struct xent_tune_result {
     xent_trial best;
     xent_trial heuristic;
-    double floor_us;       /* a streaming read of the same bytes, same protocol */
-    double bytes;          /* bytes a call must move */
-    int candidates;        /* configs considered */
-    int timed;             /* configs timed to the end */
-    int failed;            /* compile errors or wrong results */
-    int unreached;         /* variants the budget stopped before they were timed */
+    double floor_us; /* a streaming read of the same bytes, same protocol */
+    double bytes;    /* bytes a call must move */
+    int candidates;  /* configs considered */
+    int timed;       /* configs timed to the end */
+    int failed;      /* compile errors or wrong results */
+    int unreached;   /* variants the budget stopped before they were timed */
     double wall_s;
-    xent_trial *trials;    /* every candidate, fastest first (malloc'd) */
+    xent_trial *trials; /* every candidate, fastest first (malloc'd) */
     int ntrials;
 } xent_tune_result;
 
@@ -73,7 +73,7 @@ double xent_problem_bytes(const xent_problem *p);
 /* Compile candidates in parallel through the kernel cache (no GPU needed),
  * each for probs[0] (nprobs 1) or for its own probs[i] (nprobs n).
  * status[i] gets XENT_OK or the failure; reports land in bins (may be NULL). */
-void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch,
-                       int threads, int *status, xent_cubin *bins, char (*errs)[512]);
+void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
+                       int *status, xent_cubin *bins, char (*errs)[512]);
 
 #endif

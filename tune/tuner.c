@@ -67,13 +67,15 @@ static void *compile_worker(void *arg) {
         const xent_problem *p = &job->probs[job->nprobs == 1 ? 0 : i];
         job->status[i] = xent_kernel_get(&job->cfgs[i], p, job->arch, &bin, err, sizeof err);
         if (job->errs) snprintf(job->errs[i], sizeof job->errs[i], "%s", job->status[i] ? err : "");
-        if (job->bins) job->bins[i] = bin;
-        else xent_cubin_free(&bin);
+        if (job->bins)
+            job->bins[i] = bin;
+        else
+            xent_cubin_free(&bin);
     }
 }
 
-void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch,
-                       int threads, int *status, xent_cubin *bins, char (*errs)[512]) {
+void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
+                       int *status, xent_cubin *bins, char (*errs)[512]) {
     compile_job job = {cfgs, probs, n, nprobs, arch, status, bins, errs, PTHREAD_MUTEX_INITIALIZER, 0};
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
@@ -163,7 +165,7 @@ typedef struct floor_launch {
     CUfunction fn;
     CUdeviceptr sink;
     const tune_bufs *bufs;
-    unsigned grid;           /* 0: the one-shot kernel, a block per ONCE_VECS vectors */
+    unsigned grid; /* 0: the one-shot kernel, a block per ONCE_VECS vectors */
 } floor_launch;
 
 static long long once_blocks(long long vecs) { return (vecs + ONCE_VECS - 1) / ONCE_VECS; }
@@ -174,7 +176,8 @@ static int launch_floor(void *arg, int copy) {
     long long ba = once_blocks(na), grid = fl->grid ? fl->grid : ba + once_blocks(nb);
     CUdeviceptr a = fl->bufs->logits[copy], b = fl->bufs->targets[copy];
     void *loop[] = {&a, &na, &b, &nb, &fl->sink}, *once[] = {&a, &na, &b, &nb, &ba, &fl->sink};
-    if (grid > 0x7fffffffLL) return xent_fail(fl->ctx, XENT_EINVAL, "read floor: %lld blocks, more than a launch takes", grid);
+    if (grid > 0x7fffffffLL)
+        return xent_fail(fl->ctx, XENT_EINVAL, "read floor: %lld blocks, more than a launch takes", grid);
     CUresult r = fl->ctx->drv->LaunchKernel(fl->fn, (unsigned)(grid > 0 ? grid : 1), 1, 1, fl->grid ? 256 : ONCE_BLOCK,
                                             1, 1, 0, NULL, fl->grid ? loop : once, NULL);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(fl->ctx, "cuLaunchKernel(read floor)", r);
@@ -335,7 +338,7 @@ static void record_trial(search *s, const xent_trial *tr) {
  * exhaustive search ignores the budget by definition. */
 static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage, int bounded) {
     int *status = calloc((size_t)n + 1, sizeof *status);
-    char (*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
+    char(*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
     if (!status || !errs) {
         free(status);
         free(errs);
@@ -423,8 +426,8 @@ static int store_winner(search *s, const xent_tune_result *r) {
     e.us = r->best.us;
     e.gbps = r->best.gbps;
     e.when = (int64_t)time(NULL);
-    snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f",
-             s->o->settings ? s->o->settings : "", r->floor_us, r->heuristic.us);
+    snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f", s->o->settings ? s->o->settings : "",
+             r->floor_us, r->heuristic.us);
     int rc = tc_put(s->o->db, &key, &e);
     return rc == XENT_OK ? rc : xent_fail(s->ctx, XENT_ECACHE, "the winner was not stored: %s", tc_errmsg(s->o->db));
 }

@@ -33,29 +33,36 @@ typedef struct tc_db tc_db;
  * stamps equal the key's; an unstamped entry (written before stamps
  * existed: hash "" and nvrtc 0) is stale to every key with stamps. */
 typedef struct tc_key {
-    char gpu[32];        /* GPU key, e.g. "h200" */
-    int arch;            /* compute capability as 10*major+minor, e.g. 90 */
-    int sm_count;        /* multiprocessors, e.g. 132 */
-    char family[16];     /* kernel family, e.g. "xent_fwd" */
-    int logits;          /* xent_dtype */
-    int targets;         /* xent_index */
-    int reduction;       /* xent_reduction */
-    int options;         /* TC_OPT_* bits */
-    int64_t n, c;        /* shape */
-    int template_version;/* bumped when a template changes what configs mean */
+    char gpu[32];           /* GPU key, e.g. "h200" */
+    int arch;               /* compute capability as 10*major+minor, e.g. 90 */
+    int sm_count;           /* multiprocessors, e.g. 132 */
+    char family[16];        /* kernel family, e.g. "xent_fwd" */
+    int logits;             /* xent_dtype */
+    int targets;            /* xent_index */
+    int reduction;          /* xent_reduction */
+    int options;            /* TC_OPT_* bits */
+    int64_t n, c;           /* shape */
+    int template_version;   /* bumped when a template changes what configs mean */
     char template_hash[17]; /* stamp: 16 hex digits of the template's hash, "" unknown */
-    int nvrtc;           /* stamp: NVRTC version as major*100+minor, 0 unknown */
+    int nvrtc;              /* stamp: NVRTC version as major*100+minor, 0 unknown */
 } tc_key;
 
-enum { TC_OPT_WEIGHTS = 1, TC_OPT_SMOOTHING = 2, TC_OPT_LSE = 4, TC_OPT_STRIDED = 8, TC_OPT_ZLOSS = 16,
-       TC_OPT_SOFTCAP = 32, TC_OPT_SHARD = 64 };
+enum {
+    TC_OPT_WEIGHTS = 1,
+    TC_OPT_SMOOTHING = 2,
+    TC_OPT_LSE = 4,
+    TC_OPT_STRIDED = 8,
+    TC_OPT_ZLOSS = 16,
+    TC_OPT_SOFTCAP = 32,
+    TC_OPT_SHARD = 64
+};
 
 typedef struct tc_entry {
-    char config[160];    /* the configuration as text, "VEC=4 TPR=32 ..." */
-    double us;           /* median microseconds per call */
-    double gbps;         /* achieved GB/s */
-    int64_t when;        /* unix seconds when measured */
-    char settings[256];  /* tuner settings, e.g. "budget=30 reps=50 method=..." */
+    char config[160];       /* the configuration as text, "VEC=4 TPR=32 ..." */
+    double us;              /* median microseconds per call */
+    double gbps;            /* achieved GB/s */
+    int64_t when;           /* unix seconds when measured */
+    char settings[256];     /* tuner settings, e.g. "budget=30 reps=50 method=..." */
     char template_hash[17]; /* the stamps the stored row carries (filled by reads; */
     int nvrtc;              /* tc_put stores the key's) */
 } tc_entry;
@@ -89,24 +96,24 @@ typedef int (*tc_accept_fn)(void *arg, const tc_entry *e, char *why, size_t len)
 
 /* The stores of a lookup; any may be NULL. */
 typedef struct tc_stores {
-    tc_db *user;             /* the user's cache */
-    tc_db *shipped;          /* the cache shipped for this GPU */
-    tc_db *arch;             /* the shipped cache of the nearest GPU of this architecture */
+    tc_db *user;                          /* the user's cache */
+    tc_db *shipped;                       /* the cache shipped for this GPU */
+    tc_db *arch;                          /* the shipped cache of the nearest GPU of this architecture */
     const char *shipped_name, *arch_name; /* their GPU keys, for answers and notes */
-    tc_accept_fn accept;     /* NULL: every fresh entry is usable */
+    tc_accept_fn accept;                  /* NULL: every fresh entry is usable */
     void *arg;
-    int any_kind;            /* nonzero: entries of another targets type, reduction or options may
-                                answer, after those of the query's own (tc_lookup, levels 3b, 4b) */
+    int any_kind; /* nonzero: entries of another targets type, reduction or options may
+                     answer, after those of the query's own (tc_lookup, levels 3b, 4b) */
 } tc_stores;
 
 typedef struct tc_answer {
     tc_entry entry;
-    xent_source from;        /* the level that answered: XENT_SOURCE_USER_DB, _SHIPPED,
-                                _NEAREST or _ARCH; XENT_SOURCE_HEURISTIC when none did */
-    char cache[32];          /* the store that answered: "user" or a shipped cache's GPU key */
-    int64_t n, c;            /* the answering entry's shape */
+    xent_source from;                /* the level that answered: XENT_SOURCE_USER_DB, _SHIPPED,
+                                        _NEAREST or _ARCH; XENT_SOURCE_HEURISTIC when none did */
+    char cache[32];                  /* the store that answered: "user" or a shipped cache's GPU key */
+    int64_t n, c;                    /* the answering entry's shape */
     int targets, reduction, options; /* and its problem kind */
-    char note[768];          /* each entry passed over on the way, and why */
+    char note[768];                  /* each entry passed over on the way, and why */
 } tc_answer;
 
 /* The runtime lookup chain, each level tried only when the ones above gave
@@ -133,8 +140,7 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a);
 void tc_kind_text(const tc_key *k, char *buf, size_t len);
 
 /* Record one measured candidate (status: "ok", "wrong", "compile-error", "pruned", ...). */
-int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, double gbps,
-                 const char *status);
+int tc_add_trial(tc_db *db, const tc_key *key, const char *config, double us, double gbps, const char *status);
 
 /* Write the winners for gpu (NULL: all GPUs) as SQL text, sorted, one INSERT per line. */
 int tc_export(tc_db *db, const char *gpu, FILE *out);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define require(x) \
-    ((x) ? (void)0 : (dprintf(2, "%s:%d: property failed: %s\n", __FILE__, __LINE__, #x), abort()))
+#define require(x) ((x) ? (void)0 : (dprintf(2, "%s:%d: property failed: %s\n", __FILE__, __LINE__, #x), abort()))
 
 #endif

@@ -100,11 +100,11 @@
 /* Compile count (config, problem) pairs on all CPUs (xent_compile_many), in
  * chunks of `every` with a progress line after each (every 0: one chunk,
  * quiet); returns the failures. */
-static size_t compile_all(const xent_config *cfgs, const xent_problem *probs, int *rcs, size_t count,
-                          const char *label, size_t every) {
+static size_t compile_all(const xent_config *cfgs, const xent_problem *probs, int *rcs, size_t count, const char *label,
+                          size_t every) {
     const double t0 = now_s();
     const size_t chunk = every ? every : (count ? count : 1);
-    char (*errs)[512] = calloc(chunk, sizeof *errs);
+    char(*errs)[512] = calloc(chunk, sizeof *errs);
     xent_cubin *bins = calloc(chunk, sizeof *bins);
     ck_assert(errs && bins);
     size_t failed = 0;
@@ -143,8 +143,10 @@ static void prewarm(const spec *sps, size_t count) {
     ck_assert(cfgs && probs && rcs);
     for (size_t i = 0; i < count; i++) {
         spec_problem(&sps[i], &probs[i]);
-        if (sps[i].cfg) cfgs[i] = *sps[i].cfg;
-        else xent_config_heuristic(&probs[i], G.ctx->info.sm_count, &cfgs[i]);
+        if (sps[i].cfg)
+            cfgs[i] = *sps[i].cfg;
+        else
+            xent_config_heuristic(&probs[i], G.ctx->info.sm_count, &cfgs[i]);
     }
     compile_all(cfgs, probs, rcs, count, "prewarm", 0); /* failures show in the checks */
     free(cfgs);
@@ -268,26 +270,26 @@ typedef struct shape {
 } shape;
 
 static const shape shapes[] = {
-    {1, 1, 0, 0, -1},            /* n = 1, c = 1: the loss is exactly 0 */
-    {1, 2, 0, 0, -1},            /* c = 2 */
+    {1, 1, 0, 0, -1}, /* n = 1, c = 1: the loss is exactly 0 */
+    {1, 2, 0, 0, -1}, /* c = 2 */
     {2, 1, 0, 1, -1},
     {7, 2, 0, 0, -1},
     {3, 3, 0, 1, -1},
     {1, 7, 0, 0, -1},
     {2, 4, 0, 0, -1},
     {31, 31, 0, 0, -1},
-    {1, 50257, 0, 0, -1},        /* GPT-2 vocabulary, odd */
+    {1, 50257, 0, 0, -1}, /* GPT-2 vocabulary, odd */
     {8, 50257, 0, 0, -1},
-    {513, 50257, 50264, 3, -1},  /* padded rows, unaligned start */
-    {64, 262144, 0, 0, -1},      /* few rows, huge c: split */
-    {1048576, 10, 0, 0, -1},     /* many tiny rows */
-    {32768, 4096, 0, 0, -1},     /* KernelBench level 1 problem 95 */
+    {513, 50257, 50264, 3, -1}, /* padded rows, unaligned start */
+    {64, 262144, 0, 0, -1},     /* few rows, huge c: split */
+    {1048576, 10, 0, 0, -1},    /* many tiny rows */
+    {32768, 4096, 0, 0, -1},    /* KernelBench level 1 problem 95 */
     {4096, 32000, 0, 0, -1},
     {8192, 128256, 0, 0, XENT_BF16}, /* Llama 3 vocabulary, 2 GB of bf16 */
-    {17, 1000, 1003, 0, -1},     /* odd stride > c */
+    {17, 1000, 1003, 0, -1},         /* odd stride > c */
     {33, 4097, 4100, 1, -1},
     {129, 127, 0, 0, -1},
-    {1, 262144, 0, 0, -1},       /* one row: all the GPU on it */
+    {1, 262144, 0, 0, -1}, /* one row: all the GPU on it */
     {2, 131073, 0, 1, -1},
     {300, 8191, 0, 0, -1},
     {4096, 33, 40, 0, -1},
@@ -380,12 +382,26 @@ static void matrix_spec(int m, int k, spec *sp) {
     sp->use_stream = k & 1;
     sp->own_ws = (k / 2) & 1;
     switch (opt) {
-    case 0: break;                                    /* plain */
-    case 1: sp->weights = 1; sp->p_ignore = 0.1; break; /* weights (ignored rows too) */
-    case 2: sp->smoothing = 0.1f; break;              /* label smoothing */
-    case 3: sp->weights = 1; sp->smoothing = 0.25f; sp->p_ignore = 0.1; break;
-    case 4: sp->ignore_index = 3; sp->p_ignore = 0.25; sp->dist = DIST_PEAKY; break; /* ignore inside [0, c) */
-    default: sp->lse = 1; sp->dist = DIST_UNIFORM; break;
+    case 0: break; /* plain */
+    case 1:
+        sp->weights = 1;
+        sp->p_ignore = 0.1;
+        break;                           /* weights (ignored rows too) */
+    case 2: sp->smoothing = 0.1f; break; /* label smoothing */
+    case 3:
+        sp->weights = 1;
+        sp->smoothing = 0.25f;
+        sp->p_ignore = 0.1;
+        break;
+    case 4:
+        sp->ignore_index = 3;
+        sp->p_ignore = 0.25;
+        sp->dist = DIST_PEAKY;
+        break; /* ignore inside [0, c) */
+    default:
+        sp->lse = 1;
+        sp->dist = DIST_UNIFORM;
+        break;
     }
 }
 
@@ -439,8 +455,9 @@ START_TEST(test_all_ignored) {
     xent_problem p16;
     char why[256];
     xent_problem_init(&p16, 16, 65536);
-    ck_assert_msg(make_config("VEC=4 TPR=512 BLOCK=512 ITEMS=2 PASSES=1 CACHE=0 SPLIT=4 PERSIST=1", &p16, &split,
-                              why, sizeof why), "%s", why);
+    ck_assert_msg(make_config("VEC=4 TPR=512 BLOCK=512 ITEMS=2 PASSES=1 CACHE=0 SPLIT=4 PERSIST=1", &p16, &split, why,
+                              sizeof why),
+                  "%s", why);
     const int64_t dims[3][2] = {{1, 100}, {1000, 1000}, {16, 65536}};
     for (int d = 0; d < 3; d++)
         for (int r = 0; r < 3; r++)
@@ -472,13 +489,22 @@ START_TEST(test_all_ignored) {
                     CU(G.drv->MemsetD8(wd, 0x3f, (size_t)sp.c * 4));
                 }
                 CU(G.drv->MemsetD8(ls, 0xFF, (size_t)nout * 4));
-                xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg,
-                               (const float *)(uintptr_t)wd, (float *)(uintptr_t)ls, (float *)(uintptr_t)lz, NULL, NULL, NULL, NULL};
+                xent_args a = {(const void *)(uintptr_t)lg,
+                               (const void *)(uintptr_t)tg,
+                               (const float *)(uintptr_t)wd,
+                               (float *)(uintptr_t)ls,
+                               (float *)(uintptr_t)lz,
+                               NULL,
+                               NULL,
+                               NULL,
+                               NULL};
                 ck_assert_int_eq(xent_plan_launch(plan, NULL, &a), XENT_OK);
                 ck_assert_int_eq(xent_check_targets(G.ctx, NULL), XENT_OK);
                 CU(G.drv->MemcpyDtoH(o, ls, (size_t)nout * 4));
-                if (r == XENT_REDUCE_MEAN) ck_assert_msg(isnan(o[0]), "mean of all ignored is %g, not NaN", (double)o[0]);
-                else if (r == XENT_REDUCE_SUM) ck_assert_msg(o[0] == 0.0f, "sum of all ignored is %g", (double)o[0]);
+                if (r == XENT_REDUCE_MEAN)
+                    ck_assert_msg(isnan(o[0]), "mean of all ignored is %g, not NaN", (double)o[0]);
+                else if (r == XENT_REDUCE_SUM)
+                    ck_assert_msg(o[0] == 0.0f, "sum of all ignored is %g", (double)o[0]);
                 else
                     for (int64_t i = 0; i < n; i++) ck_assert_msg(o[i] == 0.0f, "row %" PRId64 ": %g", i, (double)o[i]);
                 free(t);
@@ -528,17 +554,18 @@ START_TEST(test_bad_targets) {
     char why[256];
     xent_problem_init(&p64, 64, 20000);
     ck_assert_msg(make_config("VEC=4 TPR=256 BLOCK=256 ITEMS=1 PASSES=2 CACHE=0 SPLIT=4 PERSIST=0", &p64, &split, why,
-                              sizeof why), "%s", why);
+                              sizeof why),
+                  "%s", why);
     int ok = 0, total = 0;
     for (int r = 0; r < 3; r++)
         for (int variant = 0; variant < 4; variant++) {
             spec sp;
             spec_init(&sp, "bad-targets", variant == 3 ? 64 : 1000, variant == 3 ? 20000 : 257);
             sp.red = (xent_reduction)r;
-            sp.bad = variant == 0 ? 1 : 12;       /* c, -5, +-huge */
+            sp.bad = variant == 0 ? 1 : 12; /* c, -5, +-huge */
             sp.it = (xent_index)(variant & 1);
             sp.dt = (xent_dtype)((r + variant) % 3);
-            sp.weights = variant == 2;            /* a bad target must not index the weights */
+            sp.weights = variant == 2; /* a bad target must not index the weights */
             sp.smoothing = variant == 2 ? 0.1f : 0.0f;
             sp.p_ignore = 0.1;
             sp.lse = r == 0;
@@ -591,7 +618,8 @@ static const det_case det_cases[] = {
     {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3"},
     {8192, 4099, XENT_BF16, XENT_REDUCE_SUM, "VEC=8 TPR=16 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3"},
     /* exponentials split between the MUFU and FMA pipes */
-    {32768, 4096, XENT_BF16, XENT_REDUCE_MEAN, "VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 POLY=8"},
+    {32768, 4096, XENT_BF16, XENT_REDUCE_MEAN,
+     "VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1 POLY=8"},
     {8192, 4099, XENT_F16, XENT_REDUCE_SUM, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 SPLIT=1 PERSIST=3 POLY=4"},
 };
 #define NDET ((int)(sizeof det_cases / sizeof det_cases[0]))
@@ -615,7 +643,8 @@ START_TEST(test_determinism) {
             char why[256];
             xent_problem p;
             spec_problem(&sps[k], &p);
-            if (make_config(d->cfg, &p, &cfgs[k], why, sizeof why)) sps[k].cfg = &cfgs[k];
+            if (make_config(d->cfg, &p, &cfgs[k], why, sizeof why))
+                sps[k].cfg = &cfgs[k];
             else /* the space changed under this list: say so, still check the heuristic */
                 fprintf(stderr, "determinism: %s is no longer legal (%s); update the list. Using the heuristic.\n",
                         d->cfg, why);
@@ -794,7 +823,7 @@ START_TEST(test_sweep) {
             cfg.persist = (int)rand_below(&s, 3);
             if (cfg.persist == 2) cfg.persist = 3; /* the static schedules: 0, 1 and the balanced grid */
             if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
-            if (k % 16 == 0 && !cfg.tile) { /* compiled above */
+            if (k % 16 == 0 && !cfg.tile) {                          /* compiled above */
                 cfg.persist = 2;
                 if (probs[k].reduction != XENT_REDUCE_NONE && cfg.split == 1)
                     cfg.split = 2; /* sums under PERSIST=2 need split rows (xent_config_fits) */
@@ -868,7 +897,7 @@ START_TEST(test_timing) {
     const int64_t n = 32768, c = 4096;
     spec sp;
     spec_init(&sp, "timing", n, c);
-    sp.dist = DIST_UNIFORM; /* torch.rand, as KernelBench */
+    sp.dist = DIST_UNIFORM;    /* torch.rand, as KernelBench */
     ck_assert(run_check(&sp)); /* the timed plan is right first */
 
     xent_problem p;
@@ -898,7 +927,15 @@ START_TEST(test_timing) {
     CU(G.drv->MemcpyHtoD(tg, ht, (size_t)n * 8));
     free(hl);
     free(ht);
-    xent_args a = {(const void *)(uintptr_t)lg, (const void *)(uintptr_t)tg, NULL, (float *)(uintptr_t)ls, NULL, NULL, NULL, NULL, NULL};
+    xent_args a = {(const void *)(uintptr_t)lg,
+                   (const void *)(uintptr_t)tg,
+                   NULL,
+                   (float *)(uintptr_t)ls,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL};
     CUevent e0, e1;
     CU(G.drv->EventCreate(&e0, CU_EVENT_DEFAULT));
     CU(G.drv->EventCreate(&e1, CU_EVENT_DEFAULT));
@@ -955,7 +992,7 @@ static Suite *gpu_suite(void) {
     struct {
         const char *name;
         double timeout;
-    } cases[] = {{"basics", 300}, {"shapes", 600}, {"matrix", 900}, {"semantics", 600},
+    } cases[] = {{"basics", 300},      {"shapes", 600},   {"matrix", 900}, {"semantics", 600},
                  {"determinism", 600}, {"configs", 1800}, {"timing", 300}, {"split", 600}};
     TCase *tc[8];
     for (int k = 0; k < 8; k++) {
@@ -1071,8 +1108,7 @@ int main(void) {
     const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_EVERY"};
     for (int k = 0; k < 3; k++)
         if (getenv(sel[k]) && *getenv(sel[k]))
-            printf("configs: a partial sweep: %s=%s (%d dtype(s) not run)\n", sel[k], getenv(sel[k]),
-                   S->sweep_not_run);
+            printf("configs: a partial sweep: %s=%s (%d dtype(s) not run)\n", sel[k], getenv(sel[k]), S->sweep_not_run);
     if (S->timed)
         printf("heuristic 32768x4096 f32: %.1f us/call (b2b), %.1f us single [%s]\n", S->t_b2b_us, S->t_single_us,
                S->tdesc);

@@ -35,18 +35,18 @@ enum { FUSED, BACKWARD, FORWARD, RESCALE, SHARDS };
 
 typedef struct gcase {
     const char *name;
-    int64_t n, c, pad;         /* row_stride = c + pad */
+    int64_t n, c, pad; /* row_stride = c + pad */
     xent_dtype dt;
     xent_index it;
     xent_reduction red;
     int weights;
     float eps, z, cap;
-    int kind;                  /* FUSED, ... */
-    int inplace;               /* the gradient over the logits */
+    int kind;    /* FUSED, ... */
+    int inplace; /* the gradient over the logits */
     int shards;
-    float dloss;               /* 0: none given (fused), else its value */
-    int offset;                /* logits pointer this many elements past an aligned start */
-    const char *config;        /* NULL: the plan's own */
+    float dloss;        /* 0: none given (fused), else its value */
+    int offset;         /* logits pointer this many elements past an aligned start */
+    const char *config; /* NULL: the plan's own */
 } gcase;
 
 static const gcase cases[] = {
@@ -55,35 +55,40 @@ static const gcase cases[] = {
     {"fused f32 sum dloss", 64, 4096, 0, XENT_F32, XENT_I32, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 0, 0, 2.5f, 0, NULL},
     {"fused f32 none dloss", 64, 777, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, FUSED, 0, 0, 0.5f, 0, NULL},
     {"fused bf16 50257", 40, 50257, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
-    {"fused f16 weights smooth", 100, 3000, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f16 weights smooth", 100, 3000, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
+     NULL},
     {"fused f32 weights sum", 100, 513, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
-    {"fused f32 smooth none", 50, 2000, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0.2f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused f32 smooth none", 50, 2000, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0.2f, 0, 0, FUSED, 0, 0, 0, 0,
+     NULL},
     {"fused z-loss", 128, 1024, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 1e-3f, 0, FUSED, 0, 0, 0, 0, NULL},
     {"fused softcap", 128, 1500, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 3.0f, FUSED, 0, 0, 0, 0, NULL},
-    {"fused bf16 softcap z smooth", 64, 5000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-4f, 30.0f, FUSED, 0, 0, 0, 0, NULL},
+    {"fused bf16 softcap z smooth", 64, 5000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-4f, 30.0f, FUSED, 0,
+     0, 0, 0, NULL},
     {"fused in place bf16", 64, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0, NULL},
     {"fused in place f32 odd", 33, 1001, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 1, 0, 0, 0, NULL},
     {"fused padded rows", 77, 999, 5, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
     {"fused offset start", 77, 999, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 3, NULL},
     {"fused strided unaligned", 77, 999, 5, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 3, NULL},
-    {"fused bf16 strided unaligned", 77, 2049, 3, XENT_BF16, XENT_I32, XENT_REDUCE_MEAN, 0, 0.05f, 0, 0, FUSED, 0, 0, 0, 1, NULL},
+    {"fused bf16 strided unaligned", 77, 2049, 3, XENT_BF16, XENT_I32, XENT_REDUCE_MEAN, 0, 0.05f, 0, 0, FUSED, 0, 0, 0,
+     1, NULL},
     {"fused tiny c", 1000, 10, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
     {"fused c=1", 17, 1, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
     {"fused n=1 big c", 1, 300000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
-    {"fused long rows re-read", 16, 200000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"fused long rows re-read", 16, 200000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
+     NULL},
     {"fused cluster 4", 64, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0"},
     {"fused cluster 8 loop", 8, 100000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=0"},
     {"fused warp teams", 500, 100, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"},
-    /* PREFETCH: more rows than the grid, so that teams carry the next row's
-     * chunk across rows (in place, loop mode, unaligned edges, clusters) */
+/* PREFETCH: more rows than the grid, so that teams carry the next row's
+ * chunk across rows (in place, loop mode, unaligned edges, clusters) */
 #define PF " PASSES=1 CACHE=0 TILE=0 PERSIST=0 PREFETCH=1"
     {"prefetch held in place", 3000, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0,
      "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" PF},
-    {"prefetch loop bf16 in place", 3000, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 1, 0,
-     0, 0, "VEC=8 TPR=256 BLOCK=256 ITEMS=2 SPLIT=1" PF},
+    {"prefetch loop bf16 in place", 3000, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 1, 0, 0,
+     0, "VEC=8 TPR=256 BLOCK=256 ITEMS=2 SPLIT=1" PF},
     /* a sum: a mean's gradients over 60000 rows are f16 subnormals */
     {"prefetch warp teams strided", 60000, 100, 3, XENT_F16, XENT_I32, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1" PF},
@@ -91,20 +96,27 @@ static const gcase cases[] = {
      "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=4" PF},
     {"prefetch backward", 2500, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.5f, 0,
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" PF},
-    {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0,
-     "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
+    {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
+     0, "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
 #undef PF
-    {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0, NULL},
-    {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0, NULL},
-    {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f, 0, NULL},
-    {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f, 0, NULL},
-    {"forward z softcap", 100, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0, 0, NULL},
+    {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0,
+     NULL},
+    {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0,
+     NULL},
+    {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f,
+     0, NULL},
+    {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f,
+     0, NULL},
+    {"forward z softcap", 100, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
+     0, NULL},
     {"rescale mean", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.3f, 0, NULL},
     {"rescale none", 64, 2048, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, RESCALE, 0, 0, 2.0f, 0, NULL},
     {"rescale by one", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 1.0f, 0, NULL},
     {"shards 2", 100, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, SHARDS, 0, 2, 1.0f, 0, NULL},
-    {"shards 3 bf16 smooth z", 64, 10001, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 1e-3f, 0, SHARDS, 0, 3, 2.0f, 0, NULL},
-    {"shards 4 none softcap", 50, 4000, 0, XENT_F32, XENT_I32, XENT_REDUCE_NONE, 0, 0, 0, 15.0f, SHARDS, 0, 4, 0.5f, 0, NULL},
+    {"shards 3 bf16 smooth z", 64, 10001, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 1e-3f, 0, SHARDS, 0, 3,
+     2.0f, 0, NULL},
+    {"shards 4 none softcap", 50, 4000, 0, XENT_F32, XENT_I32, XENT_REDUCE_NONE, 0, 0, 0, 15.0f, SHARDS, 0, 4, 0.5f, 0,
+     NULL},
 };
 
 static struct {
@@ -113,12 +125,11 @@ static struct {
     uint64_t seed;
 } G;
 
-
 #define CU(call) ck_assert_msg((call) == CUDA_SUCCESS, "%s failed", #call)
-#define XE(call)                                                                                     \
-    do {                                                                                             \
-        int rc_ = (call);                                                                            \
-        ck_assert_msg(rc_ == XENT_OK, "%s: %s: %s", #call, xent_errstr(rc_), xent_errmsg(G.ctx));   \
+#define XE(call)                                                                                                       \
+    do {                                                                                                               \
+        int rc_ = (call);                                                                                              \
+        ck_assert_msg(rc_ == XENT_OK, "%s: %s: %s", #call, xent_errstr(rc_), xent_errmsg(G.ctx));                      \
     } while (0)
 
 static void setup(void) {
@@ -136,8 +147,10 @@ static void teardown(void) {
 static size_t esz(xent_dtype d) { return d == XENT_F32 ? 4 : 2; }
 
 static void put_logit(void *buf, xent_dtype d, int64_t k, float v) {
-    if (d == XENT_F32) ((float *)buf)[k] = v;
-    else ((uint16_t *)buf)[k] = d == XENT_F16 ? xent_float_to_half(v) : xent_float_to_bf16(v);
+    if (d == XENT_F32)
+        ((float *)buf)[k] = v;
+    else
+        ((uint16_t *)buf)[k] = d == XENT_F16 ? xent_float_to_half(v) : xent_float_to_bf16(v);
 }
 static double get_elem(const void *buf, xent_dtype d, int64_t k) {
     if (d == XENT_F32) return ((const float *)buf)[k];
@@ -172,8 +185,10 @@ static void make_inputs(const gcase *k, uint64_t seed, inputs *in) {
     in->targets = malloc(in->tbytes);
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = urand(&s) < 0.1 ? -100 : (int64_t)(urand(&s) * (double)k->c);
-        if (k->it == XENT_I64) ((int64_t *)in->targets)[i] = t;
-        else ((int32_t *)in->targets)[i] = (int32_t)t;
+        if (k->it == XENT_I64)
+            ((int64_t *)in->targets)[i] = t;
+        else
+            ((int32_t *)in->targets)[i] = (int32_t)t;
     }
     in->weights = NULL;
     if (k->weights) {
@@ -185,8 +200,10 @@ static void make_inputs(const gcase *k, uint64_t seed, inputs *in) {
 static CUdeviceptr dev_copy(const void *host, size_t bytes) {
     CUdeviceptr d;
     CU(G.d->MemAlloc(&d, bytes ? bytes : 4));
-    if (host) CU(G.d->MemcpyHtoD(d, host, bytes));
-    else CU(G.d->MemsetD8(d, 0xFF, bytes));
+    if (host)
+        CU(G.d->MemcpyHtoD(d, host, bytes));
+    else
+        CU(G.d->MemsetD8(d, 0xFF, bytes));
     return d;
 }
 
@@ -264,7 +281,8 @@ static void check_case(const gcase *k) {
     double *lref = malloc(nloss(k) * sizeof(double)), *lseref = malloc(n * sizeof(double));
     double *gref = malloc((size_t)(n * c) * sizeof(double));
     float *hd = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) hd[i] = k->dloss != 0 ? k->dloss * (k->red == XENT_REDUCE_NONE ? (float)(1 + i % 3) : 1.0f) : 1.0f;
+    for (int64_t i = 0; i < n; i++)
+        hd[i] = k->dloss != 0 ? k->dloss * (k->red == XENT_REDUCE_NONE ? (float)(1 + i % 3) : 1.0f) : 1.0f;
     const void *x0 = (const char *)in.logits + (size_t)k->offset * esz(k->dt); /* what the device reads */
     ck_assert_int_eq(xent_ref_train(&in.p, x0, in.targets, in.weights, hd, lref, lseref, gref, 1), XENT_OK);
 
@@ -418,7 +436,11 @@ static double time_plan(xent_plan *plan, const xent_args *a, int reps) {
     }
     for (int i = 0; i < 7; i++)
         for (int j = i + 1; j < 7; j++)
-            if (t[j] < t[i]) { double x = t[i]; t[i] = t[j]; t[j] = x; }
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
     G.d->EventDestroy(e0);
     G.d->EventDestroy(e1);
     return t[3];
@@ -443,7 +465,10 @@ static double time_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, int reps
     return best;
 }
 
-static const struct { int64_t n, c; xent_dtype dt; } perf_shapes[] = {
+static const struct {
+    int64_t n, c;
+    xent_dtype dt;
+} perf_shapes[] = {
     {32768, 4096, XENT_F32}, {32768, 4096, XENT_BF16}, {16384, 50257, XENT_F32}, {8192, 128256, XENT_BF16}};
 
 /* Fused and backward plans of the benchmark shapes against a copy of the logits' bytes. */
@@ -500,8 +525,8 @@ START_TEST(time_fused_and_backward) {
             if (xent_config_parse(text, &cfg, NULL, 0) || !xent_config_fits(&cfg, &p, NULL, 0)) continue;
             if (xent_plan_build(G.ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &alt)) continue;
             us = time_plan(alt, &b, reps);
-            printf("  %-8s %8.1f us  %.3fx copy  %s regs=%d grid=%u\n", o ? "backward" : "fused", us, us / copy,
-                   text, alt->registers, alt->grid);
+            printf("  %-8s %8.1f us  %.3fx copy  %s regs=%d grid=%u\n", o ? "backward" : "fused", us, us / copy, text,
+                   alt->registers, alt->grid);
             xent_plan_destroy(alt);
         }
     }

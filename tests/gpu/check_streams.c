@@ -35,21 +35,15 @@ typedef struct stream_case {
 } stream_case;
 
 static const stream_case cases[MAX_THREADS] = {
-    {4096, 4096, XENT_F32, XENT_REDUCE_MEAN, 0, 0, 0},
-    {1024, 50257, XENT_BF16, XENT_REDUCE_MEAN, 0, 0, 0},
-    {64, 262144, XENT_F32, XENT_REDUCE_SUM, 0, 0, 0},      /* few long rows: split */
-    {1048576, 10, XENT_F32, XENT_REDUCE_NONE, 0, 0, 0},    /* many tiny rows */
-    {8, 50257, XENT_F32, XENT_REDUCE_MEAN, 0, 1, 0},
-    {3000, 1000, XENT_BF16, XENT_REDUCE_SUM, 1, 0, 0},
-    {513, 32000, XENT_F32, XENT_REDUCE_MEAN, 0, 0, 0.1f},
-    {2, 131073, XENT_F32, XENT_REDUCE_MEAN, 1, 1, 0},
-    {1, 262144, XENT_BF16, XENT_REDUCE_SUM, 0, 0, 0},      /* one row: all the GPU on it */
-    {31, 31, XENT_F32, XENT_REDUCE_NONE, 0, 1, 0.2f},
-    {100000, 128, XENT_BF16, XENT_REDUCE_MEAN, 0, 0, 0},
-    {16384, 4096, XENT_BF16, XENT_REDUCE_NONE, 0, 1, 0},
-    {777, 5000, XENT_F32, XENT_REDUCE_MEAN, 1, 1, 0.1f},
-    {256, 65536, XENT_BF16, XENT_REDUCE_SUM, 0, 0, 0},
-    {12345, 100, XENT_F32, XENT_REDUCE_MEAN, 1, 0, 0},
+    {4096, 4096, XENT_F32, XENT_REDUCE_MEAN, 0, 0, 0},    {1024, 50257, XENT_BF16, XENT_REDUCE_MEAN, 0, 0, 0},
+    {64, 262144, XENT_F32, XENT_REDUCE_SUM, 0, 0, 0},   /* few long rows: split */
+    {1048576, 10, XENT_F32, XENT_REDUCE_NONE, 0, 0, 0}, /* many tiny rows */
+    {8, 50257, XENT_F32, XENT_REDUCE_MEAN, 0, 1, 0},      {3000, 1000, XENT_BF16, XENT_REDUCE_SUM, 1, 0, 0},
+    {513, 32000, XENT_F32, XENT_REDUCE_MEAN, 0, 0, 0.1f}, {2, 131073, XENT_F32, XENT_REDUCE_MEAN, 1, 1, 0},
+    {1, 262144, XENT_BF16, XENT_REDUCE_SUM, 0, 0, 0}, /* one row: all the GPU on it */
+    {31, 31, XENT_F32, XENT_REDUCE_NONE, 0, 1, 0.2f},     {100000, 128, XENT_BF16, XENT_REDUCE_MEAN, 0, 0, 0},
+    {16384, 4096, XENT_BF16, XENT_REDUCE_NONE, 0, 1, 0},  {777, 5000, XENT_F32, XENT_REDUCE_MEAN, 1, 1, 0.1f},
+    {256, 65536, XENT_BF16, XENT_REDUCE_SUM, 0, 0, 0},    {12345, 100, XENT_F32, XENT_REDUCE_MEAN, 1, 0, 0},
     {48, 128256, XENT_BF16, XENT_REDUCE_MEAN, 0, 1, 0},
 };
 
@@ -57,13 +51,13 @@ static const stream_case cases[MAX_THREADS] = {
 typedef struct job {
     int index;
     xent_problem p;
-    void *logits;          /* host: f32, or bf16 bits */
+    void *logits; /* host: f32, or bf16 bits */
     int64_t *targets;
     float *weights;
     size_t logit_bytes, nloss;
     CUdeviceptr d_logits, d_targets, d_weights, d_loss, d_lse;
     xent_plan *plan;
-    float *loss, *lse;     /* the first threaded launch's outputs */
+    float *loss, *lse; /* the first threaded launch's outputs */
     float *serial_loss, *serial_lse;
     int rounds, mismatches;
     char failure[512];
@@ -119,15 +113,23 @@ static CUresult upload(job *j) {
         (j->p.write_lse && (r = d->MemAlloc(&j->d_lse, (size_t)j->p.n * 4))) ||
         (j->p.has_weights && (r = d->MemAlloc(&j->d_weights, (size_t)j->p.c * 4))))
         return r;
-    if ((r = d->MemcpyHtoD(j->d_logits, j->logits, j->logit_bytes)) || (r = d->MemcpyHtoD(j->d_targets, j->targets, nt)))
+    if ((r = d->MemcpyHtoD(j->d_logits, j->logits, j->logit_bytes)) ||
+        (r = d->MemcpyHtoD(j->d_targets, j->targets, nt)))
         return r;
     if (j->p.has_weights) r = d->MemcpyHtoD(j->d_weights, j->weights, (size_t)j->p.c * 4);
     return r;
 }
 
 static xent_args args_of(const job *j, CUdeviceptr ws) {
-    xent_args a = {(const void *)j->d_logits, (const void *)j->d_targets, (const float *)j->d_weights,
-                   (float *)j->d_loss, (float *)j->d_lse, (void *)ws, NULL, NULL, NULL};
+    xent_args a = {(const void *)j->d_logits,
+                   (const void *)j->d_targets,
+                   (const float *)j->d_weights,
+                   (float *)j->d_loss,
+                   (float *)j->d_lse,
+                   (void *)ws,
+                   NULL,
+                   NULL,
+                   NULL};
     return a;
 }
 
@@ -178,8 +180,9 @@ static void *threaded(void *arg) {
             j->mismatches++;
         j->rounds++;
     }
-    if (why) snprintf(j->failure, sizeof j->failure, "thread %d (%lldx%lld): %s", j->index, (long long)j->p.n,
-                      (long long)j->p.c, why);
+    if (why)
+        snprintf(j->failure, sizeof j->failure, "thread %d (%lldx%lld): %s", j->index, (long long)j->p.n,
+                 (long long)j->p.c, why);
     if (ws) d->MemFree(ws);
     if (st) d->StreamDestroy(st);
     xent_ctx_leave(G.ctx, pushed);
@@ -202,8 +205,9 @@ static void check_reference(const job *j) {
     for (size_t i = 0; i < j->nloss; i++) {
         double s = fmax(fabs(ref[i]), p->reduction == XENT_REDUCE_NONE ? fmax(fabs(lse[i]), 1) : scale);
         if (p->reduction == XENT_REDUCE_SUM) s *= (double)p->n * (p->has_weights ? 1.25 : 1);
-        ck_assert_msg(fabs(j->serial_loss[i] - ref[i]) <= 1e-5 * s, "case %d (%lldx%lld) loss[%zu]: %.9g, reference %.9g",
-                      j->index, (long long)p->n, (long long)p->c, i, j->serial_loss[i], ref[i]);
+        ck_assert_msg(fabs(j->serial_loss[i] - ref[i]) <= 1e-5 * s,
+                      "case %d (%lldx%lld) loss[%zu]: %.9g, reference %.9g", j->index, (long long)p->n, (long long)p->c,
+                      i, j->serial_loss[i], ref[i]);
     }
     for (int64_t i = 0; p->write_lse && i < p->n; i++)
         ck_assert_msg(fabs(j->serial_lse[i] - lse[i]) <= 1e-5 * fmax(fabs(lse[i]), 1),
@@ -242,8 +246,9 @@ START_TEST(test_threads_equal_serial) {
         ck_assert_msg(j->mismatches == 0, "case %d: %d of %d threaded launches differed from its first", i,
                       j->mismatches, j->rounds);
         ck_assert_int_eq(j->rounds, G.rounds);
-        ck_assert_msg(same_bits(j->loss, j->serial_loss, j->nloss), "case %d (%lldx%lld): threaded loss %.9g, serial %.9g",
-                      i, (long long)j->p.n, (long long)j->p.c, j->loss[0], j->serial_loss[0]);
+        ck_assert_msg(same_bits(j->loss, j->serial_loss, j->nloss),
+                      "case %d (%lldx%lld): threaded loss %.9g, serial %.9g", i, (long long)j->p.n, (long long)j->p.c,
+                      j->loss[0], j->serial_loss[0]);
         ck_assert_msg(!j->p.write_lse || same_bits(j->lse, j->serial_lse, (size_t)j->p.n),
                       "case %d: threaded lse differs from the serial run", i);
         check_reference(j);

@@ -144,9 +144,11 @@ START_TEST(given_configs_are_timed_not_stored) {
     xent_config given[2];
     char why[256];
     ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-                                       &given[0], why, sizeof why), XENT_OK);
+                                       &given[0], why, sizeof why),
+                     XENT_OK);
     ck_assert_int_eq(xent_config_parse("VEC=4 TPR=64 BLOCK=64 ITEMS=4 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0",
-                                       &given[1], why, sizeof why), XENT_OK);
+                                       &given[1], why, sizeof why),
+                     XENT_OK);
     char path[300];
     snprintf(path, sizeof path, "%s.given", db_path);
     unlink(path);

@@ -8,8 +8,8 @@
 #define XENT_TESTS_GPU_HARNESS_H
 
 #define TOL 1e-5
-#define GUARD 64            /* poisoned floats after each output buffer */
-#define POISON 0xFFFFFFFFu  /* a NaN */
+#define GUARD 64           /* poisoned floats after each output buffer */
+#define POISON 0xFFFFFFFFu /* a NaN */
 
 /* ------------------------------------------------------------------------ */
 /* Shared state: tests run in forked children, the summary is printed by    */
@@ -18,15 +18,15 @@
 
 typedef struct stats {
     uint64_t seed;
-    uint64_t seq;                 /* checks drawn so far: one seed each */
-    long checks, failed;          /* all checks */
+    uint64_t seq;        /* checks drawn so far: one seed each */
+    long checks, failed; /* all checks */
     long shape_checks, matrix_checks;
     int shapes_run;
-    double maxerr[3];             /* per logits dtype: scalar or norm-wise rel err */
-    double maxelem[3];            /* per logits dtype: worst per-element err / bound scale */
+    double maxerr[3];  /* per logits dtype: scalar or norm-wise rel err */
+    double maxelem[3]; /* per logits dtype: worst per-element err / bound scale */
     long cfg_total, cfg_run, cfg_failed, cfg_compile_failed;
-    int sweep_not_run;            /* dtypes left out by XENT_TEST_SWEEP_DTYPES */
-    long cfg_spilled;             /* compiled configs whose ptxas report shows spills */
+    int sweep_not_run; /* dtypes left out by XENT_TEST_SWEEP_DTYPES */
+    long cfg_spilled;  /* compiled configs whose ptxas report shows spills */
     double sweep_compile_s, sweep_run_s;
     int timed;
     double t_b2b_us, t_single_us;
@@ -39,7 +39,7 @@ static struct {
     xent_context *ctx;
     const xent_driver *drv;
     int pushed;
-    CUstream stream;      /* a non-blocking stream; checks alternate it with NULL */
+    CUstream stream; /* a non-blocking stream; checks alternate it with NULL */
     int ordinal;
 } G;
 
@@ -49,10 +49,10 @@ static const char *cu_err(CUresult r) {
     return s ? s : "?";
 }
 
-#define CU(call)                                                                          \
-    do {                                                                                  \
-        CUresult r_ = (call);                                                             \
-        ck_assert_msg(r_ == CUDA_SUCCESS, "%s failed: %s (%d)", #call, cu_err(r_), (int)r_); \
+#define CU(call)                                                                                                       \
+    do {                                                                                                               \
+        CUresult r_ = (call);                                                                                          \
+        ck_assert_msg(r_ == CUDA_SUCCESS, "%s failed: %s (%d)", #call, cu_err(r_), (int)r_);                           \
     } while (0)
 
 static int ncpus(void) {
@@ -70,24 +70,24 @@ static int ncpus(void) {
 enum dist { DIST_NORMAL, DIST_UNIFORM, DIST_PEAKY };
 
 typedef struct spec {
-    const char *label;      /* the test it belongs to */
-    int64_t n, c, stride;   /* stride 0: c */
-    int off;                /* logits pointer offset in elements (unaligned rows) */
+    const char *label;    /* the test it belongs to */
+    int64_t n, c, stride; /* stride 0: c */
+    int off;              /* logits pointer offset in elements (unaligned rows) */
     xent_dtype dt;
     xent_index it;
     xent_reduction red;
     int64_t ignore_index;
-    double p_ignore;        /* probability that a row's target is ignore_index */
+    double p_ignore; /* probability that a row's target is ignore_index */
     float smoothing;
     int weights, lse;
     int dist;
     float scale, offset, jitter; /* x = offset + jitter * N(row) + scale * N */
-    int use_stream;         /* launch on G.stream instead of the legacy stream */
-    int own_ws;             /* pass a caller workspace (and check it is left zeroed) */
-    int repeat;             /* extra launches that must be bitwise equal */
-    int bad;                /* rows given a bad target (c, -5, huge) */
-    const xent_config *cfg; /* explicit config (xent_plan_build) or NULL (xent_plan_get) */
-    int quiet;              /* don't print per-failure detail beyond the first lines */
+    int use_stream;              /* launch on G.stream instead of the legacy stream */
+    int own_ws;                  /* pass a caller workspace (and check it is left zeroed) */
+    int repeat;                  /* extra launches that must be bitwise equal */
+    int bad;                     /* rows given a bad target (c, -5, huge) */
+    const xent_config *cfg;      /* explicit config (xent_plan_build) or NULL (xent_plan_get) */
+    int quiet;                   /* don't print per-failure detail beyond the first lines */
 } spec;
 
 static void spec_init(spec *sp, const char *label, int64_t n, int64_t c) {
@@ -117,9 +117,8 @@ static void spec_describe(const spec *sp, uint64_t seed, char *buf, size_t len) 
              "[%s] %" PRId64 "x%" PRId64 " stride=%" PRId64 " off=%d %s/%s %s w=%d ls=%g lse=%d "
              "ignore=%" PRId64 " p_ign=%g bad=%d dist=%d scale=%g offset=%g jitter=%g stream=%d ws=%d seed=%016" PRIx64,
              sp->label, sp->n, sp->c, sp->stride ? sp->stride : sp->c, sp->off, dt_name(sp->dt), it_name(sp->it),
-             red_name(sp->red), sp->weights, (double)sp->smoothing, sp->lse, sp->ignore_index, sp->p_ignore,
-             sp->bad, sp->dist, (double)sp->scale, (double)sp->offset, (double)sp->jitter, sp->use_stream,
-             sp->own_ws, seed);
+             red_name(sp->red), sp->weights, (double)sp->smoothing, sp->lse, sp->ignore_index, sp->p_ignore, sp->bad,
+             sp->dist, (double)sp->scale, (double)sp->offset, (double)sp->jitter, sp->use_stream, sp->own_ws, seed);
 }
 
 static void spec_problem(const spec *sp, xent_problem *p) {
@@ -165,16 +164,19 @@ static int make_config(const char *text, const xent_problem *p, xent_config *cfg
 
 typedef struct gen_part {
     const spec *sp;
-    void *logits;            /* compact n x c */
+    void *logits; /* compact n x c */
     const int64_t *targets;
     uint64_t seed;
     int64_t r0, r1;
 } gen_part;
 
 static inline void store(void *base, xent_dtype dt, int64_t k, float v) {
-    if (dt == XENT_F32) ((float *)base)[k] = v;
-    else if (dt == XENT_F16) ((uint16_t *)base)[k] = xent_float_to_half(v);
-    else ((uint16_t *)base)[k] = xent_float_to_bf16(v);
+    if (dt == XENT_F32)
+        ((float *)base)[k] = v;
+    else if (dt == XENT_F16)
+        ((uint16_t *)base)[k] = xent_float_to_half(v);
+    else
+        ((uint16_t *)base)[k] = xent_float_to_bf16(v);
 }
 
 static void *gen_rows(void *arg) {
@@ -219,8 +221,10 @@ static void gen_logits(const spec *sp, void *logits, const int64_t *targets, uin
     }
     gen_rows(&parts[0]);
     for (int k = 1; k < nt; k++) {
-        if (started[k]) pthread_join(tid[k], NULL);
-        else gen_rows(&parts[k]);
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            gen_rows(&parts[k]);
     }
 }
 
@@ -271,11 +275,11 @@ static int compare(const spec *sp, const char *desc, const char *plan_desc, cons
     int ok = 1, shown = 0;
     const int maxshow = sp->quiet ? 2 : 8;
     double worst = 0.0, rel = -1.0; /* rel < 0: no well-conditioned plain relative error to report */
-#define COMPLAIN(...)                                                                 \
-    do {                                                                              \
-        if (ok) fprintf(stderr, "FAIL %s\n     plan: %s\n", desc, plan_desc);         \
-        ok = 0;                                                                       \
-        if (shown++ < maxshow) fprintf(stderr, "     " __VA_ARGS__);                  \
+#define COMPLAIN(...)                                                                                                  \
+    do {                                                                                                               \
+        if (ok) fprintf(stderr, "FAIL %s\n     plan: %s\n", desc, plan_desc);                                          \
+        ok = 0;                                                                                                        \
+        if (shown++ < maxshow) fprintf(stderr, "     " __VA_ARGS__);                                                   \
     } while (0)
     int64_t nout = sp->red == XENT_REDUCE_NONE ? n : 1;
     if (!guard_ok(out + nout)) COMPLAIN("loss: a guard float after the output was overwritten\n");
@@ -440,7 +444,8 @@ static int run_check(const spec *sp) {
     for (int64_t i = 0; i < n; i++)
         t64[i] = urand(&s) < sp->p_ignore ? sp->ignore_index : (int64_t)rand_below(&s, (uint64_t)c);
     for (int k = 0; k < sp->bad && k < n; k++) { /* distinct rows, spread out */
-        int64_t i = (int64_t)(((uint64_t)k * (uint64_t)n) / (uint64_t)sp->bad) + (int64_t)rand_below(&s, (uint64_t)(n / sp->bad));
+        int64_t i = (int64_t)(((uint64_t)k * (uint64_t)n) / (uint64_t)sp->bad) +
+                    (int64_t)rand_below(&s, (uint64_t)(n / sp->bad));
         if (i >= n) i = n - 1;
         const int64_t huge = sp->it == XENT_I32 ? INT32_MAX : (int64_t)1 << 40;
         const int64_t cand[3] = {c, -5, k % 2 ? huge : -huge};
@@ -449,8 +454,10 @@ static int run_check(const spec *sp) {
         t64[i] = v;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (sp->it == XENT_I64) ((int64_t *)tgt)[i] = t64[i];
-        else ((int32_t *)tgt)[i] = (int32_t)t64[i];
+        if (sp->it == XENT_I64)
+            ((int64_t *)tgt)[i] = t64[i];
+        else
+            ((int32_t *)tgt)[i] = (int32_t)t64[i];
     }
     if (w)
         for (int64_t j = 0; j < c; j++) w[j] = urand(&s) < 0.05 ? 0.0f : (float)(0.1 + 1.9 * urand(&s));

@@ -42,8 +42,14 @@ EXPORT void standin_counts(long *launches, long *modules, long *allocs, long *fr
 }
 
 EXPORT CUresult cuInit(unsigned flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
-EXPORT CUresult cuDriverGetVersion(int *v) { *v = 12080; return CUDA_SUCCESS; }
-EXPORT CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
+EXPORT CUresult cuDriverGetVersion(int *v) {
+    *v = 12080;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetCount(int *n) {
+    *n = 1;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
     *d = 0;
@@ -68,10 +74,24 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     }
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) { (void)d; *b = (size_t)141 << 30; return CUDA_SUCCESS; }
-EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)&primary; return CUDA_SUCCESS; }
-EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = depth ? stack[depth - 1] : NULL; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
+    (void)d;
+    *b = (size_t)141 << 30;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+    (void)d;
+    *c = (CUcontext)&primary;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    (void)d;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c) {
+    *c = depth ? stack[depth - 1] : NULL;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c) {
     if (depth == 16) return CUDA_ERROR_INVALID_VALUE;
     stack[depth++] = c;
@@ -84,7 +104,10 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c) {
 }
 
 /* Calls that need a context find one current, as the driver's do. */
-#define NEED_CONTEXT() do { if (!depth) return CUDA_ERROR_INVALID_CONTEXT; } while (0)
+#define NEED_CONTEXT()                                                                                                 \
+    do {                                                                                                               \
+        if (!depth) return CUDA_ERROR_INVALID_CONTEXT;                                                                 \
+    } while (0)
 
 /* An ELF image's length from its header: the section headers end it. */
 static size_t elf_size(const unsigned char *p) {
@@ -99,7 +122,13 @@ static size_t elf_size(const unsigned char *p) {
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     NEED_CONTEXT();
     const unsigned char *p = image;
-    if (!p || memcmp(p, "\x7f" "ELF", 4) || p[4] != 2) return CUDA_ERROR_INVALID_IMAGE;
+    if (!p ||
+        memcmp(p,
+               "\x7f"
+               "ELF",
+               4) ||
+        p[4] != 2)
+        return CUDA_ERROR_INVALID_IMAGE;
     size_t size = elf_size(p);
     if (size < 64 || size > (1u << 30)) return CUDA_ERROR_INVALID_IMAGE;
     standin_module *mod = calloc(1, sizeof *mod);
@@ -201,20 +230,32 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream 
     (void)s;
     return cuMemcpyDtoH_v2(h, d, n);
 }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) {
+    (void)s;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     (void)flags;
     *s = (CUstream)malloc(1);
     return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+    free(s);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) {
     (void)flags;
     *e = (CUevent)malloc(1);
     return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-EXPORT CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
-EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+    free(e);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
 EXPORT CUresult cuEventSynchronize(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
     if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
