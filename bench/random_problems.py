@@ -18,9 +18,8 @@ strided (row_stride = c + 1..64) with probability 1/5; c log-uniform in [2, 1M],
 
 For each problem, in this order:
   tune      (unless --no-tune) build/xent-tune --shape NxC --dtype D --targets T --reduction R
-            [-w] [-l 0.1] [--lse] --budget S --db SCRATCH/tuned.db --json: the problem's own winner
-            in a scratch cache (--scratch, default /tmp/xent-random). The tuner takes no strides: a strided problem is tuned contiguous and
-            its tuned plan answered by that entry through the lookup (another kind), as a note says.
+            [-w] [-l 0.1] [--lse] [--row-stride S] --budget S --db SCRATCH/tuned.db --json: the
+            problem's own winner in a scratch cache (--scratch, default /tmp/xent-random).
   inputs    k copies of the logits and targets, k the smallest >= 2 with k x bytes > 4 x L2, at
             most 64 (the smallest problems are then partly read from L2, by every measurement alike).
   floor     bench.py's reads of the same bytes (logits n x c, targets): grid-stride at 4, 8, 16
@@ -292,6 +291,8 @@ def tune(args, p, db):
         cmd += ["-l", str(p["smoothing"])]
     if p["lse"]:
         cmd.append("--lse")
+    if p["stride"] != p["c"]:
+        cmd += ["--row-stride", str(p["stride"])]
     t0 = time.time()
     q = subprocess.run(cmd, capture_output=True, text=True)
     rec = {"command": " ".join(cmd), "wall_s": round(time.time() - t0, 1), "rc": q.returncode}

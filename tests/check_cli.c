@@ -531,6 +531,30 @@ START_TEST(test_dry_run_problem_options) {
 }
 END_TEST
 
+/* --row-stride: rows of a wider tensor. Below any shape's C it is refused
+ * with the library's reason; at or above, the problem says its stride and the
+ * heuristic is the one for that stride (the vector the stride keeps aligned). */
+START_TEST(test_row_stride) {
+    static const char *const bad[] = {"0", "-3", "x", "", "1.5"};
+    REJECT("--row-stride", "row stride", NULL, bad);
+    USAGE("row_stride must be >= c", "10x20", "--dry-run", "-s", "10x10", "-s", "10x20", "--row-stride", "16");
+    result r = RUN("--dry-run", "-s", "2x10", "--row-stride", "13");
+    expect_code(&r, 0);
+    int n, at = 0;
+    char **lines = split_lines(r.out, &n);
+    section s;
+    parse_section(lines, n, &at, &s, &r);
+    ck_assert_str_eq(s.what, "2x10 f32 i64 mean stride 13");
+    free_lines(lines);
+    expect_in("stdout", r.out, "# heuristic: VEC=1 ", &r); /* 13 floats: only scalars stay aligned */
+    result_free(&r);
+    r = RUN("--dry-run", "-s", "2x10", "--row-stride", "10");
+    expect_code(&r, 0);
+    expect_in("stdout", r.out, "# 2x10 f32 i64 mean: ", &r); /* the stride of contiguous rows is no option */
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_dry_run_shapes_file) {
     static const char *const shapes[] = {"1x1", "4x7", "32768x4096", "8x50257", "1024x128"};
     const int nshapes = 5;
@@ -1260,6 +1284,7 @@ static Suite *cli_suite(void) {
          * minutes under ASan */
         {"dry-run", 600, test_dry_run_one_shape},
         {"dry-run", 60, test_dry_run_problem_options},
+        {"dry-run", 60, test_row_stride},
         {"dry-run", 60, test_dry_run_shapes_file},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_4x7_bf16},

@@ -37,7 +37,8 @@ typedef struct cli {
     int ngiven;
     double budget;
     int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
-    int stamp; /* import --stamp */
+    int stamp;          /* import --stamp */
+    int64_t row_stride; /* --row-stride: elements between row starts (0: c, contiguous rows) */
 } cli;
 
 static const char *prog = "xent-tune";
@@ -63,6 +64,8 @@ static void usage(FILE *f) {
             "                             gradient in one pass; backward: gradient from lse)\n"
             "      --z-loss X             z-loss coefficient (default 0)\n"
             "      --softcap X            logit soft-capping cap * tanh(x / cap) (default 0, off)\n"
+            "      --row-stride N         elements between row starts, >= C (rows of a wider\n"
+            "                             tensor, e.g. logits[:, :C]; default C)\n"
             "search:\n"
             "  -g, --gpu KEY|auto         refuse unless the GPU present is KEY (default auto)\n"
             "  -b, --budget SECONDS       wall-clock budget per problem (default 30)\n"
@@ -264,6 +267,10 @@ static int parse_option(cli *o, int opt, const char *arg) {
         rc = parse_number(arg, 0, 1e30, &d, "softcap");
         o->base.softcap = (float)d;
         return rc;
+    case 'R':
+        rc = parse_int(arg, 1, INT64_MAX, &v, "row stride");
+        o->row_stride = v;
+        return rc;
     case 'g': o->gpu = arg; return 0;
     case 'b': return parse_number(arg, 0.1, 86400, &o->budget, "budget");
     case 'x': o->exhaustive = 1; return 0;
@@ -306,6 +313,7 @@ static int parse_args(cli *o, int argc, char **argv) {
                                           {"op", required_argument, 0, 'O'},
                                           {"z-loss", required_argument, 0, 'Z'},
                                           {"softcap", required_argument, 0, 'C'},
+                                          {"row-stride", required_argument, 0, 'R'},
                                           {"budget", required_argument, 0, 'b'},
                                           {"exhaustive", no_argument, 0, 'x'},
                                           {"config", required_argument, 0, 'K'},
@@ -433,6 +441,7 @@ static void json_problem(json *j, const char *key, const xent_problem *p) {
     json_string(j, "op", ops[p->op]);
     json_number(j, "z_loss", p->z_loss);
     json_number(j, "softcap", p->softcap);
+    json_int(j, "row_stride", p->row_stride);
     json_end(j);
 }
 
@@ -604,7 +613,7 @@ static void problem_for(const cli *o, int i, xent_problem *p) {
     *p = o->base;
     p->n = o->shapes[i][0];
     p->c = o->shapes[i][1];
-    p->row_stride = p->c;
+    p->row_stride = o->row_stride ? o->row_stride : p->c;
 }
 
 /* Every problem passes the library's own check before anything computes with
@@ -625,9 +634,11 @@ static int check_problems(const cli *o) {
 
 static void describe_problem(const xent_problem *p, char *buf, size_t len) {
     static const char *ops[] = {"", " fused", " backward", " combine", " rescale"};
-    snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
+    char stride[40] = "";
+    if (p->row_stride != p->c) snprintf(stride, sizeof stride, " stride %lld", (long long)p->row_stride);
+    snprintf(buf, len, "%lldx%lld %s %s %s%s%s%s%s%s%s%s", (long long)p->n, (long long)p->c, dtype_name(p->logits),
              p->targets == XENT_I64 ? "i64" : "i32", red_name(p->reduction), p->has_weights ? " weights" : "",
-             p->label_smoothing > 0 ? " smoothing" : "", p->write_lse ? " lse" : "", ops[p->op],
+             p->label_smoothing > 0 ? " smoothing" : "", p->write_lse ? " lse" : "", stride, ops[p->op],
              p->z_loss > 0 ? " z-loss" : "", p->softcap > 0 ? " softcap" : "");
 }
 
