@@ -108,12 +108,7 @@
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
-#if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
-#error "XENT_VEC * element size must be 4, 8 or 16 bytes"
-#endif
-#if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
-#error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
-#endif
+#include "shared/checks.cuh"
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
 #endif
@@ -169,16 +164,7 @@ __device__ __forceinline__ void store_vec(unsigned char *p, const unsigned (&r)[
 #endif
 }
 
-/* 16-bit logits widen as they are used; the gradient narrows the same way. */
-__device__ __forceinline__ float widen(unsigned short h) {
-#if XENT_LOGIT == 1
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#else
-    return __uint_as_float(((unsigned)h) << 16);
-#endif
-}
+/* The gradient of 16-bit logits narrows as loaded logits widen (widen16). */
 __device__ __forceinline__ unsigned short narrow(float f) {
     unsigned short h;
 #if XENT_LOGIT == 1
@@ -193,7 +179,7 @@ __device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
 #if XENT_LOGIT == 0
     return __uint_as_float(r[e]);
 #else
-    return widen((unsigned short)(r[e / 2] >> (16 * (e % 2))));
+    return widen16((unsigned short)(r[e / 2] >> (16 * (e % 2))));
 #endif
 }
 __device__ __forceinline__ void set_elem(unsigned (&r)[VWORDS], int e, float v) {
@@ -209,7 +195,7 @@ __device__ __forceinline__ float load_scalar(const unsigned char *row, long long
 #if XENT_LOGIT == 0
     return ((const float *)row)[j];
 #else
-    return widen(((const unsigned short *)row)[j]);
+    return widen16(((const unsigned short *)row)[j]);
 #endif
 }
 __device__ __forceinline__ void store_scalar(unsigned char *row, long long j, float v) {
@@ -287,19 +273,13 @@ __device__ __forceinline__ acc acc_shfl(const acc &a, int o) {
     return b;
 }
 
-/* Merge over the team (every lane gets the result), then over the cluster. */
+#include "shared/team.cuh"
+
+/* The team's merged sums in every lane (a cluster merges them after). */
 __device__ __forceinline__ void team_merge(acc &a) {
-    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
-#pragma unroll
-    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl(a, o));
-#if XENT_TPR > 32
     __shared__ acc parts[WARPS];
-    __syncthreads(); /* the previous row's readers are done with parts */
-    if (threadIdx.x % 32 == 0) parts[threadIdx.x / 32] = a;
-    __syncthreads();
-    a = parts[0];
-    for (int w = 1; w < WARPS; w++) acc_merge(a, parts[w]);
-#endif
+    if (XENT_TPR > 32) __syncthreads(); /* the previous row's readers are done with parts */
+    TEAM_REDUCE(a, parts, acc_shfl, acc_merge);
 }
 
 #if XENT_SPLIT > 1
@@ -504,6 +484,15 @@ __device__ __forceinline__ float softmax_p(float y, const rowg &r) {
 #endif
 }
 
+/* g through the soft-capping: d(cap tanh(x / cap))/dx = 1 - (y / cap)^2. */
+__device__ __forceinline__ float cap_slope(float g, float y, const gargs &k) {
+#if XENT_SOFTCAP
+    float u = y / k.softcap;
+    g *= 1.0f - u * u;
+#endif
+    return g;
+}
+
 __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
     float y = capped(x, k.softcap);
     float p = softmax_p(y, r);
@@ -512,11 +501,7 @@ __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const 
 #else
     float g = r.fa * p;
 #endif
-#if XENT_SOFTCAP
-    float u = y / k.softcap;
-    g *= 1.0f - u * u;
-#endif
-    return g;
+    return cap_slope(g, y, k);
 }
 
 /* The target's element: the one-hot term too. */
@@ -527,11 +512,7 @@ __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
 #if XENT_SMOOTHING
     g -= r.fe * class_weight(k.weights, r.t);
 #endif
-#if XENT_SOFTCAP
-    float u = y / k.softcap;
-    g *= 1.0f - u * u;
-#endif
-    return g;
+    return cap_slope(g, y, k);
 }
 
 /* Two fp32 values into one word of the logits' 16-bit type, one instruction. */
@@ -605,12 +586,6 @@ __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, lo
 }
 
 #include "shared/published.cuh"
-
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 
 /* Fixed-shape block sum of pairs: same inputs, same bits. */
 __device__ __forceinline__ void block_sum2(double &x, double &y, int nthreads) {

@@ -104,12 +104,7 @@
 /* A word of -inf logits (one fp32, two fp16 or two bf16): what missing vectors read as. */
 #define NEG_INF_WORD (XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u)
 
-#if (XENT_VEC * ESIZE) != 4 && (XENT_VEC * ESIZE) != 8 && (XENT_VEC * ESIZE) != 16
-#error "XENT_VEC * element size must be 4, 8 or 16 bytes"
-#endif
-#if XENT_BLOCK % XENT_TPR != 0 || (XENT_TPR > 32 && XENT_BLOCK != XENT_TPR)
-#error "BLOCK must be a multiple of TPR, and equal to it when TPR > 32"
-#endif
+#include "shared/checks.cuh"
 #if XENT_TILE && XENT_TPR != 1
 #error "TILE needs TPR == 1"
 #endif
@@ -224,19 +219,6 @@ __device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[V
 #endif
 }
 
-#if XENT_LOGIT != 0
-/* A 16-bit logit (fp16 or bf16 bits) as fp32. */
-__device__ __forceinline__ float widen16(unsigned short h) {
-#if XENT_LOGIT == 1
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#else
-    return __uint_as_float(((unsigned)h) << 16);
-#endif
-}
-#endif
-
 /* Element e of a loaded vector, as fp32. */
 __device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
 #if XENT_LOGIT == 0
@@ -312,36 +294,23 @@ __device__ __forceinline__ acc acc_shfl_xor(const acc &a, int o) {
     return b;
 }
 
-/* Team-wide merge; every lane ends with the team's total. Called by every
- * thread of the block the same number of times (teams of a warp in step). */
+#include "shared/team.cuh"
+
+/* The team's merged sums, and its max, in every lane; the barrier after
+ * frees warp_part for the next reduction. */
+#define MAX_INTO(x, y) ((x) = fmaxf((x), (y)))
+#define SHFL_F(x, o) __shfl_xor_sync(FULL_MASK, (x), (o))
+
 __device__ __forceinline__ void team_merge(acc &a) {
-    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
-#pragma unroll
-    for (int o = width / 2; o > 0; o >>= 1) acc_merge(a, acc_shfl_xor(a, o));
-#if XENT_TPR > 32
     __shared__ acc warp_acc[WARPS];
-    if (threadIdx.x % 32 == 0) warp_acc[threadIdx.x / 32] = a;
-    __syncthreads();
-    a = warp_acc[0];
-#pragma unroll
-    for (int i = 1; i < WARPS; i++) acc_merge(a, warp_acc[i]);
-    __syncthreads();
-#endif
+    TEAM_REDUCE(a, warp_acc, acc_shfl_xor, acc_merge);
+    if (XENT_TPR > 32) __syncthreads();
 }
 
 __device__ __forceinline__ float team_max(float m) {
-    const int width = XENT_TPR < 32 ? XENT_TPR : 32;
-#pragma unroll
-    for (int o = width / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, o));
-#if XENT_TPR > 32
     __shared__ float warp_max[WARPS];
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-    __syncthreads();
-    m = warp_max[0];
-#pragma unroll
-    for (int i = 1; i < WARPS; i++) m = fmaxf(m, warp_max[i]);
-    __syncthreads();
-#endif
+    TEAM_REDUCE(m, warp_max, SHFL_F, MAX_INTO);
+    if (XENT_TPR > 32) __syncthreads();
     return m;
 }
 

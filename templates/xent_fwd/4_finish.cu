@@ -46,13 +46,8 @@ __device__ bool combine_split(acc &a, long long row, int seg, int split, unsigne
 }
 
 #if XENT_REDUCTION != 0
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-/* Fixed-shape block sum: same inputs, same order, same bits. */
+/* Fixed-shape block sum: same inputs, same order, same bits. The first warp
+ * ends with the totals. */
 __device__ __forceinline__ void block_sum2(double &x, double &y) {
     __shared__ double sx[32], sy[32];
     x = warp_sum_d(x);
