@@ -39,6 +39,8 @@ const xent_knob xent_knobs[] = {
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
     {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
+    {"EVICT", "L2 priorities: 1 the gradient's stores are evicted first (the logits stay); 2 as 1, and a row "
+     "read twice is kept for its second read, which evicts it", KNOB_RENDER, 3, {0, 1, 2}, KNOB(evict), 1, KNOB_GRAD},
 };
 /* clang-format on */
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);

@@ -34,6 +34,9 @@
  *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
  *               this one is reduced and written: a team's loads stay in
  *               flight through its reductions, at twice the chunk's registers
+ *   XENT_EVICT  L2 priorities: 1 the gradient's stores are evicted first, so
+ *               that they do not push out logits still to be read; 2 as 1,
+ *               and a row read twice is loaded evict-last, then evict-first
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -70,6 +73,9 @@
 #endif
 #ifndef XENT_PREFETCH
 #define XENT_PREFETCH 0
+#endif
+#ifndef XENT_EVICT
+#define XENT_EVICT 0
 #endif
 #include "shared/problem.cuh"
 #ifndef XENT_ZLOSS
@@ -144,8 +150,28 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 __device__ __forceinline__ float exp_shifted(float x, float m) { return fast_exp2((x - m) * LOG2E); }
 
-__device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS]) {
+#if XENT_EVICT == 2
+/* keep: the first read of a row that is read again (evict last); else evict first. */
+__device__ __forceinline__ unsigned long long l2_policy(bool keep) {
+    unsigned long long p;
+    if (keep) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+#endif
+
+__device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS], bool keep) {
+#if XENT_EVICT == 2
+    const unsigned long long pol = l2_policy(keep);
 #if VWORDS == 4
+    asm volatile(LD ".L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p), "l"(pol));
+#elif VWORDS == 2
+    asm volatile(LD ".L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;" : "=r"(r[0]), "=r"(r[1]) : "l"(p), "l"(pol));
+#else
+    asm volatile(LD ".L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r[0]) : "l"(p), "l"(pol));
+#endif
+#elif VWORDS == 4
     asm volatile(LD ".v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
 #elif VWORDS == 2
     asm volatile(LD ".v2.u32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
@@ -154,13 +180,18 @@ __device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[V
 #endif
 }
 
+#if XENT_EVICT
+#define ST "st.global.cs"
+#else
+#define ST "st.global"
+#endif
 __device__ __forceinline__ void store_vec(unsigned char *p, const unsigned (&r)[VWORDS]) {
 #if VWORDS == 4
-    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+    asm volatile(ST ".v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
 #elif VWORDS == 2
-    asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
+    asm volatile(ST ".v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(r[0]), "r"(r[1]) : "memory");
 #else
-    asm volatile("st.global.u32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
+    asm volatile(ST ".u32 [%0], %1;" :: "l"(p), "r"(r[0]) : "memory");
 #endif
 }
 
@@ -376,11 +407,11 @@ struct chunk {
     int ej[EDGES];
 };
 
-__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges) {
+__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
-        if (v < l.v1) load_vec(l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES, ch.r[i]);
+        if (v < l.v1) load_vec(l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES, ch.r[i], keep);
         else {
 #pragma unroll
             for (int w = 0; w < VWORDS; w++)
@@ -392,6 +423,17 @@ __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, in
         ch.ej[q] = edges ? edge_index(l, q * XENT_TPR + lane) : -1;
         ch.e[q] = ch.ej[q] >= 0 ? load_scalar(l.x, ch.ej[q]) : neg_inf();
     }
+}
+
+/* Whether the fused kernel reads this slice twice: it does not fit a chunk. */
+__device__ __forceinline__ bool read_twice(const slice &l) {
+    return XENT_MODE == 1 && l.v1 - l.v0 > XENT_TPR * XENT_ITEMS;
+}
+
+/* The first chunk of the team's next row. */
+__device__ __forceinline__ void load_next(chunk &ch, const gargs &k, long long next, int lane, bool edges) {
+    const slice l = make_slice(k, next);
+    load_chunk(ch, l, l.v0, lane, edges, read_twice(l));
 }
 
 /* Element j of item i as the softmax sees it; slots past the slice are -inf
@@ -587,47 +629,40 @@ __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, lo
 
 #include "shared/published.cuh"
 
-/* Fixed-shape block sum of pairs: same inputs, same bits. */
-__device__ __forceinline__ void block_sum2(double &x, double &y, int nthreads) {
-    __shared__ double sx[32], sy[32];
-    x = warp_sum_d(x);
-    y = warp_sum_d(y);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) {
-        sx[threadIdx.x / 32] = x;
-        sy[threadIdx.x / 32] = y;
-    }
-    __syncthreads();
-    x = 0.0;
-    y = 0.0;
-    for (int w = 0; w < (nthreads + 31) / 32; w++) {
-        x += sx[w];
-        y += sy[w];
-    }
-}
+#include "shared/blocksum.cuh"
 
-/* Block partials into one value, by the last block in a fixed order:
- * bitwise reproducible for a given grid. For a mean, over the weight sum
- * (0/0 = NaN as PyTorch). */
-__device__ void finish(double l, double w, float *loss, unsigned *ticket, double2 *parts, int nthreads) {
+/* Pairs summed over the grid: each block publishes its sums (x, y), and the
+ * last block to arrive adds them in block order (bitwise reproducible for a
+ * given grid) into tot, its thread 0's the totals. Returns whether this
+ * block is that last one. */
+__device__ bool grid_sum2(double x, double y, double2 &tot, unsigned *ticket, double2 *parts, int nthreads) {
     __shared__ bool last;
-    block_sum2(l, w, nthreads);
+    block_sum2(x, y, nthreads);
     if (threadIdx.x == 0) {
-        parts[blockIdx.x] = make_double2(l, w);
+        parts[blockIdx.x] = make_double2(x, y);
         last = arrive(ticket) == gridDim.x - 1;
     }
     __syncthreads();
-    if (!last) return;
-    l = 0.0;
-    w = 0.0;
+    if (!last) return false;
+    x = 0.0;
+    y = 0.0;
     for (unsigned i = threadIdx.x; i < gridDim.x; i += nthreads) {
         double2 v = published_d2(parts + i);
-        l += v.x;
-        w += v.y;
+        x += v.x;
+        y += v.y;
     }
-    block_sum2(l, w, nthreads);
+    block_sum2(x, y, nthreads);
+    tot = make_double2(x, y);
+    return true;
+}
+
+/* The loss from the blocks' partials; for a mean, over the weight sum (0/0 =
+ * NaN as PyTorch). */
+__device__ void finish(double l, double w, float *loss, unsigned *ticket, double2 *parts, int nthreads) {
+    double2 t;
+    if (!grid_sum2(l, w, t, ticket, parts, nthreads)) return;
     if (threadIdx.x == 0) {
-        *loss = XENT_REDUCTION == 1 ? (float)l : w == 0.0 ? qnan() : (float)(l / w);
+        *loss = XENT_REDUCTION == 1 ? (float)t.x : t.y == 0.0 ? qnan() : (float)(t.x / t.y);
         *ticket = 0u;
     }
 }
@@ -724,14 +759,14 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     for (int vb = l.v0;; vb += chunk_vecs) {
         const bool more = vb + chunk_vecs < l.v1;
 #if XENT_PREFETCH
-        if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false);
-        else if (GRAD && !held) load_chunk(nx, l, l.v0, lane, edges);
-        else if (next >= 0) load_chunk(nx, make_slice(k, next), make_slice(k, next).v0, lane, edges);
+        if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false, read_twice(l));
+        else if (GRAD && !held) load_chunk(nx, l, l.v0, lane, edges, false);
+        else if (next >= 0) load_next(nx, k, next, lane, edges);
         chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
         cur = nx;
 #else
-        load_chunk(cur, l, vb, lane, edges && vb == l.v0);
+        load_chunk(cur, l, vb, lane, edges && vb == l.v0, read_twice(l));
         chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
 #endif
@@ -760,12 +795,12 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
         for (int vb = l.v0;; vb += chunk_vecs) {
             const bool more = vb + chunk_vecs < l.v1;
 #if XENT_PREFETCH
-            if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false);
-            else if (next >= 0) load_chunk(nx, make_slice(k, next), make_slice(k, next).v0, lane, edges);
+            if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false, false);
+            else if (next >= 0) load_next(nx, k, next, lane, edges);
             store_chunk_grad(cur, l, vb, lane, r, k, active);
             cur = nx;
 #else
-            load_chunk(cur, l, vb, lane, edges && vb == l.v0);
+            load_chunk(cur, l, vb, lane, edges && vb == l.v0, false);
             store_chunk_grad(cur, l, vb, lane, r, k, active);
 #endif
             if (!more) break;
@@ -793,7 +828,7 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
 #if XENT_PREFETCH
     if (first < groups) {
         const slice l0 = make_slice(k, min(first * TEAMS + team, k.n - 1));
-        load_chunk(cur, l0, l0.v0, lane, cluster_rank() == 0);
+        load_chunk(cur, l0, l0.v0, lane, cluster_rank() == 0, read_twice(l0));
     }
 #endif
     for (long long g = first; g < groups; g += step, parity ^= 1) {
@@ -825,28 +860,13 @@ extern "C" __global__ void __launch_bounds__(256) xent_grad_denom(const gargs k)
 #if XENT_WEIGHTS
     for (long long j = blockIdx.x * 256ll + threadIdx.x; j < k.c; j += 256ll * gridDim.x) W += k.weights[j];
 #endif
-    __shared__ bool last;
-    double2 *parts = (double2 *)(k.ws + 32);
     unsigned *ticket = (unsigned *)(k.ws + 4);
-    block_sum2(d, W, 256);
-    if (threadIdx.x == 0) {
-        parts[blockIdx.x] = make_double2(d, W);
-        last = arrive(ticket) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    d = 0.0;
-    W = 0.0;
-    for (unsigned i = threadIdx.x; i < gridDim.x; i += 256) {
-        double2 v = published_d2(parts + i);
-        d += v.x;
-        W += v.y;
-    }
-    block_sum2(d, W, 256);
+    double2 t;
+    if (!grid_sum2(d, W, t, ticket, (double2 *)(k.ws + 32), 256)) return;
     if (threadIdx.x == 0) {
         double *sums = (double *)(k.ws + 16);
-        sums[0] = d;
-        sums[1] = W;
+        sums[0] = t.x;
+        sums[1] = t.y;
         *ticket = 0u;
     }
 }

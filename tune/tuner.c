@@ -377,15 +377,15 @@ static int cmp_trial(const void *a, const void *b) {
 }
 
 /* A structure: how a row is cut into teams, chunks and passes. The cache
- * hint, the block, the grid and POLY (which pipe computes the
- * exponentials) are its variants, timed only for the fastest structures. */
+ * hint, the block, the grid, POLY (which pipe computes the exponentials)
+ * and EVICT are its variants, timed only for the fastest structures. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
            a->split == b->split && a->prefetch == b->prefetch;
 }
 
 static int is_stage1(const xent_config *c, xent_family f) {
-    if (f == XENT_FAMILY_GRAD) return c->cache == 0 && (c->tpr > 32 || c->block == 128);
+    if (f == XENT_FAMILY_GRAD) return c->cache == 0 && c->evict == 0 && (c->tpr > 32 || c->block == 128);
     return c->cache == 0 && c->persist == 1 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
 }
 

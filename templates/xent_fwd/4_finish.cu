@@ -46,28 +46,7 @@ __device__ bool combine_split(acc &a, long long row, int seg, int split, unsigne
 }
 
 #if XENT_REDUCTION != 0
-/* Fixed-shape block sum: same inputs, same order, same bits. The first warp
- * ends with the totals. */
-__device__ __forceinline__ void block_sum2(double &x, double &y) {
-    __shared__ double sx[32], sy[32];
-    x = warp_sum_d(x);
-    y = warp_sum_d(y);
-    if (XENT_BLOCK <= 32) return;
-    if (threadIdx.x % 32 == 0) {
-        sx[threadIdx.x / 32] = x;
-        sy[threadIdx.x / 32] = y;
-    }
-    __syncthreads();
-    x = 0.0;
-    y = 0.0;
-    if (threadIdx.x < 32) {
-        x = threadIdx.x < WARPS ? sx[threadIdx.x] : 0.0;
-        y = threadIdx.x < WARPS ? sy[threadIdx.x] : 0.0;
-        x = warp_sum_d(x);
-        y = warp_sum_d(y);
-    }
-    __syncthreads();
-}
+#include "shared/blocksum.cuh"
 
 /* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
  * loads are issued before their adds, so the last block's pass over ~500
@@ -99,7 +78,7 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double2 *parts = (double2 *)(ws + 16);
-    block_sum2(loss_acc, weight_acc);
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
     if (threadIdx.x == 0) {
         parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
         last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
@@ -110,7 +89,7 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     double l = 0.0, wsum = 0.0;
     sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
     if (row_results) sum_published((const double2 *)row_results, threadIdx.x, n, l, wsum);
-    block_sum2(l, wsum);
+    block_sum2(l, wsum, XENT_BLOCK);
     if (threadIdx.x == 0) {
         /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
         *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);

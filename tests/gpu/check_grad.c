@@ -256,7 +256,9 @@ typedef struct dev {
 static void run_op(const gcase *k, xent_problem p, const dev *d, xent_op op, const float *dl) {
     xent_plan *plan;
     p.op = op;
-    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS;
+    /* a case's config is for its training kernels: a backward's forward of
+     * the xent_fwd family takes the plan's own */
+    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS && xent_problem_family(&p) == XENT_FAMILY_GRAD;
     XE(own ? make_plan(k, &p, &plan) : xent_plan_get(G.ctx, &p, &plan));
     size_t off = (size_t)k->offset * esz(k->dt);
     xent_args a = {0};
