@@ -100,5 +100,9 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 
 /* The built-in heuristic: a sensible config from n, c and dtype alone. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);
+/* A config tuned for other rows (the nearest entry's), its vector narrowed
+ * to the one p's rows load (short rows aligned to less than the config's
+ * vector) with as many elements a chunk; unchanged where that does not fit. */
+void xent_config_fit_rows(xent_config *cfg, const xent_problem *p);
 
 #endif

@@ -249,7 +249,7 @@ START_TEST(persistent_grids) {
 END_TEST
 
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -257,11 +257,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -338,7 +338,7 @@ END_TEST
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
  * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
-    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
     ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
     xent_problem p;
@@ -356,7 +356,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
     /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
-    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0};
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0};
     xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
     p.c = p.row_stride = 24;
@@ -380,7 +380,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
@@ -433,7 +433,7 @@ START_TEST(many_rows_fit_unsplit) {
             free(rel);
         }
     /* split rows still stop at the workspace limit, without overflowing on the way */
-    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0, 0};
     xent_problem p;
     char why[160] = "";
     xent_problem_init(&p, 1 << 21, 4096);
@@ -481,7 +481,60 @@ static const heur_case heur_cases[] = {
     {3, 7, XENT_F32, "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
     /* a cell's team is no wider than the row: 50 vectors in the c <= 2023 band's 128-thread cell */
     {1, 400, XENT_BF16, "VEC=8 TPR=64 BLOCK=64 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* short rows load their alignment's vector, the cell's 128-byte chunk as 32 of them:
+     * 555 fp32 rows start 4-byte aligned, 434 fp16 rows 4-byte aligned */
+    {373, 555, XENT_F32, "VEC=1 TPR=32 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {14309, 434, XENT_F16, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* rows aligned to 2 bytes take the widest vector and scalar edges */
+    {18242, 1151, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
 };
+
+/* A config made for other rows (a nearest entry's), fitted to a problem's:
+ * narrowed to the vector short rows' alignment takes, as many elements a
+ * chunk; left alone for rows it already suits, long rows, the tile path and
+ * the training family. */
+typedef struct fit_case {
+    int64_t n, c, stride;
+    xent_dtype d;
+    xent_op op;
+    const char *config, *want;
+} fit_case;
+
+#define FIT_FROM "VEC=4 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
+static const fit_case fit_cases[] = {
+    {159110, 857, 857, XENT_F32, XENT_OP_FORWARD, FIT_FROM,
+     "VEC=1 TPR=16 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {718339, 822, 822, XENT_F32, XENT_OP_FORWARD, FIT_FROM,
+     "VEC=2 TPR=16 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* aligned rows, and a padded stride that aligns them */
+    {8192, 1000, 1000, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
+    {8192, 999, 1000, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
+    /* rows past 8 KB */
+    {4096, 2049, 2049, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
+    /* the tile path and the training family */
+    {1048576, 7, 7, XENT_F32, XENT_OP_FORWARD, "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
+     "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
+    {8192, 857, 857, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"},
+};
+
+START_TEST(fit_rows_narrows_short_misaligned_rows) {
+    const fit_case *t = &fit_cases[_i];
+    xent_problem p;
+    xent_config got, want;
+    char a[200], b[200], why[160];
+    xent_problem_init(&p, t->n, t->c);
+    p.row_stride = t->stride;
+    p.logits = t->d;
+    p.op = t->op;
+    ck_assert_msg(xent_config_parse(t->config, &got, why, sizeof why) == XENT_OK, "%s", why);
+    ck_assert_msg(xent_config_parse(t->want, &want, why, sizeof why) == XENT_OK, "%s", why);
+    xent_config_fit_rows(&got, &p);
+    xent_config_format(&got, a, sizeof a);
+    xent_config_format(&want, b, sizeof b);
+    ck_assert_msg(!strcmp(a, b), "%lldx%lld: %s, want %s", (long long)t->n, (long long)t->c, a, b);
+}
+END_TEST
 
 START_TEST(heuristic_follows_the_table) {
     const heur_case *t = &heur_cases[_i];
@@ -578,6 +631,7 @@ int main(void) {
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);
     tcase_add_loop_test(tc, heuristic_follows_the_table, 0, (int)(sizeof heur_cases / sizeof heur_cases[0]));
+    tcase_add_loop_test(tc, fit_rows_narrows_short_misaligned_rows, 0, (int)(sizeof fit_cases / sizeof fit_cases[0]));
     tcase_add_test(tc, heuristic_bands_follow_the_sm_count);
     tcase_add_test(tc, heuristic_table_is_derived_from_the_cache);
     tcase_add_test(tc, heuristic_fits_every_problem);
