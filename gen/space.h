@@ -36,7 +36,7 @@ typedef struct xent_config {
     int tile;     /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
-    int evict;    /* xent_grad: 1 the gradient's stores leave L2 first; 2 also rows read twice stay for it */
+    int evict;    /* xent_grad: 1 rows read twice stay in L2 for the second read, which evicts them */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

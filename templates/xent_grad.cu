@@ -34,9 +34,10 @@
  *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
  *               this one is reduced and written: a team's loads stay in
  *               flight through its reductions, at twice the chunk's registers
- *   XENT_EVICT  L2 priorities: 1 the gradient's stores are evicted first, so
- *               that they do not push out logits still to be read; 2 as 1,
- *               and a row read twice is loaded evict-last, then evict-first
+ *   XENT_EVICT  1: L2 priorities for rows read twice: the first read is
+ *               loaded evict-last and the second evict-first, and the
+ *               gradient's stores evict first, so that what the second read
+ *               needs stays in L2
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -150,7 +151,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 __device__ __forceinline__ float exp_shifted(float x, float m) { return fast_exp2((x - m) * LOG2E); }
 
-#if XENT_EVICT == 2
+#if XENT_EVICT
 /* keep: the first read of a row that is read again (evict last); else evict first. */
 __device__ __forceinline__ unsigned long long l2_policy(bool keep) {
     unsigned long long p;
@@ -161,7 +162,7 @@ __device__ __forceinline__ unsigned long long l2_policy(bool keep) {
 #endif
 
 __device__ __forceinline__ void load_vec(const unsigned char *p, unsigned (&r)[VWORDS], bool keep) {
-#if XENT_EVICT == 2
+#if XENT_EVICT
     const unsigned long long pol = l2_policy(keep);
 #if VWORDS == 4
     asm volatile(LD ".L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"

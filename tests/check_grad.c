@@ -162,21 +162,22 @@ typedef struct prob_case {
     float eps, z, cap;
     int64_t vocab, offset;
     int shards;
+    int evict; /* the heuristic's EVICT: fused rows read twice */
 } prob_case;
 
 static const prob_case probs[] = {
-    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
-    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
-    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
-    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0},
-    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0},
-    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0},
-    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0},
-    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0},
-    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4},
-    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
+    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
+    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1},
+    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0},
+    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0},
+    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0},
+    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void prob_make(const prob_case *k, xent_problem *p) {
@@ -195,6 +196,7 @@ START_TEST(grad_heuristic_fits_and_compiles) {
     xent_config_heuristic(&p, 132, &cfg);
     xent_config_format(&cfg, text, sizeof text);
     ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
+    ck_assert_msg(cfg.evict == probs[_i].evict, "%s: EVICT=%d, want %d", text, cfg.evict, probs[_i].evict);
     xent_cubin bin;
     char err[4096];
     int rc = xent_kernel_get(&cfg, &p, 90, &bin, err, sizeof err);
