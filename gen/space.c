@@ -423,10 +423,14 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     cfg->items = GRAD_CHUNK_LIMIT / cfg->vec;
     threads = (p->c + GRAD_CHUNK_LIMIT - 1) / GRAD_CHUNK_LIMIT;
     cfg->tpr = cfg->block = (int)(threads <= 64 ? 64 : threads >= 512 ? 512 : pow2_ceil(threads));
-    /* a fused row read twice keeps its first read in L2 for the second (5-8%
-     * faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
-     * backward's one read were slower with it) */
-    cfg->evict = p->op == XENT_OP_FUSED && (long)cfg->tpr * GRAD_CHUNK_LIMIT < p->c;
+    cfg->evict = xent_config_reads_twice(cfg, p);
+}
+
+/* A fused row read twice keeps its first read in L2 for the second (EVICT:
+ * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
+ * backward's one read were slower with it). */
+int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p) {
+    return p->op == XENT_OP_FUSED && (long long)cfg->tpr * cfg->items * cfg->vec * cfg->split < p->c;
 }
 
 /* The rule the table falls back to where its cell does not fit the problem

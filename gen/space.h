@@ -100,6 +100,9 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 
 /* The built-in heuristic: a sensible config from n, c and dtype alone. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);
+/* Whether the training family's fused kernel reads p's rows twice under cfg
+ * (a block's slice longer than its chunk): EVICT's rows. */
+int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
 /* A config tuned for other rows (the nearest entry's), its vector narrowed
  * to the one p's rows load (short rows aligned to less than the config's
  * vector) with as many elements a chunk; unchanged where that does not fit. */

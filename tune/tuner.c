@@ -384,8 +384,12 @@ static int same_structure(const xent_config *a, const xent_config *b) {
            a->split == b->split && a->prefetch == b->prefetch;
 }
 
-static int is_stage1(const xent_config *c, xent_family f) {
-    if (f == XENT_FAMILY_GRAD) return c->cache == 0 && c->evict == 0 && (c->tpr > 32 || c->block == 128);
+/* Stage 1's variant of a structure: the default cache hint, block and
+ * persistence; in the training family EVICT as the heuristic sets it (rows
+ * read twice), so that a short budget times the likelier winner. */
+static int is_stage1(const xent_config *c, const xent_problem *p) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD)
+        return c->cache == 0 && c->evict == xent_config_reads_twice(c, p) && (c->tpr > 32 || c->block == 128);
     return c->cache == 0 && c->persist == 1 && c->poly == 0 && (c->tpr > 32 || c->block == 128);
 }
 
@@ -394,7 +398,7 @@ static int is_stage1(const xent_config *c, xent_family f) {
 static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     int n = 0;
     for (int i = 0; i < nall; i++)
-        if (is_stage1(&all[i], xent_problem_family(s->p)) && !seen(s, &all[i])) pick[n++] = all[i];
+        if (is_stage1(&all[i], s->p) && !seen(s, &all[i])) pick[n++] = all[i];
     int rc = run_batch(s, pick, n, "structure", 0);
     if (rc) return rc;
     qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
