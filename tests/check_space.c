@@ -448,6 +448,18 @@ START_TEST(many_rows_fit_unsplit) {
 }
 END_TEST
 
+/* got is the config text want (parsed: the knobs it leaves out read as
+ * their first values), for problem p. */
+static void assert_config_is(const xent_config *got, const char *want, const xent_problem *p) {
+    xent_config w;
+    char a[200], b[200], why[160];
+    ck_assert_msg(xent_config_parse(want, &w, why, sizeof why) == XENT_OK, "%s", why);
+    xent_config_format(got, a, sizeof a);
+    xent_config_format(&w, b, sizeof b);
+    ck_assert_msg(!strcmp(a, b), "%lldx%lld dtype %d: %s, want %s", (long long)p->n, (long long)p->c, (int)p->logits, a,
+                  b);
+}
+
 /* The heuristic's table (tools/heuristic-table.py over tunecache/h200.sql)
  * answers with the tuned winner of each cell's entry, the chunk read at this
  * dtype's vector width; other shapes of a cell take its knobs, few rows
@@ -512,42 +524,37 @@ static const fit_case fit_cases[] = {
     /* rows past 8 KB */
     {4096, 2049, 2049, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
     /* the tile path and the training family */
-    {1048576, 7, 7, XENT_F32, XENT_OP_FORWARD, "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
+    {1048576, 7, 7, XENT_F32, XENT_OP_FORWARD,
+     "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
      "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
-    {8192, 857, 857, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
+    {8192, 857, 857, XENT_F32, XENT_OP_FUSED,
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
      "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"},
 };
 
 START_TEST(fit_rows_narrows_short_misaligned_rows) {
     const fit_case *t = &fit_cases[_i];
     xent_problem p;
-    xent_config got, want;
-    char a[200], b[200], why[160];
+    xent_config got;
+    char why[160];
     xent_problem_init(&p, t->n, t->c);
     p.row_stride = t->stride;
     p.logits = t->d;
     p.op = t->op;
     ck_assert_msg(xent_config_parse(t->config, &got, why, sizeof why) == XENT_OK, "%s", why);
-    ck_assert_msg(xent_config_parse(t->want, &want, why, sizeof why) == XENT_OK, "%s", why);
     xent_config_fit_rows(&got, &p);
-    xent_config_format(&got, a, sizeof a);
-    xent_config_format(&want, b, sizeof b);
-    ck_assert_msg(!strcmp(a, b), "%lldx%lld: %s, want %s", (long long)t->n, (long long)t->c, a, b);
+    assert_config_is(&got, t->want, &p);
 }
 END_TEST
 
 START_TEST(heuristic_follows_the_table) {
     const heur_case *t = &heur_cases[_i];
     xent_problem p;
-    xent_config got, want;
-    char a[200], b[200], why[160];
+    xent_config got;
     xent_problem_init(&p, t->n, t->c);
     p.logits = t->d;
     xent_config_heuristic(&p, 132, &got);
-    ck_assert_msg(xent_config_parse(t->want, &want, why, sizeof why) == XENT_OK, "%s", why);
-    xent_config_format(&got, a, sizeof a);
-    xent_config_format(&want, b, sizeof b);
-    ck_assert_msg(!strcmp(a, b), "%lldx%lld dtype %d: %s, want %s", (long long)t->n, (long long)t->c, t->d, a, b);
+    assert_config_is(&got, t->want, &p);
 }
 END_TEST
 
