@@ -190,9 +190,8 @@ static int stride_vec(const xent_problem *p) {
  * vectors); longer rows, and rows aligned to less than 4 bytes, the widest. */
 static int row_vec(const xent_problem *p) {
     int64_t stride = p->row_stride ? p->row_stride : p->c, esize = xent_dtype_size(p->logits);
-    if (p->c < 256) return stride_vec(p);
-    if (p->c * esize <= SHORT_ROW_BYTES && stride * esize % 4 == 0) return stride_vec(p);
-    return widest_vec(p->logits);
+    int own = p->c < 256 || (p->c * esize <= SHORT_ROW_BYTES && stride * esize % 4 == 0);
+    return own ? stride_vec(p) : widest_vec(p->logits);
 }
 
 void xent_config_fit_rows(xent_config *cfg, const xent_problem *p) {
