@@ -194,14 +194,30 @@ static int row_vec(const xent_problem *p) {
     return own ? stride_vec(p) : widest_vec(p->logits);
 }
 
+/* A team no wider than a segment's vectors, and a chunk no longer than its
+ * share (the tuner's pruning in relevant()): a config made for longer rows
+ * otherwise leaves lanes idle and loads masked out. */
+static void fit_team(xent_config *cfg, const xent_problem *p) {
+    long nv = (p->c + cfg->vec - 1) / cfg->vec, seg = (nv + cfg->split - 1) / cfg->split;
+    long widest = pow2_ceil(seg);
+    if (cfg->tpr > widest) {
+        cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
+        cfg->tpr = (int)widest;
+    }
+    long fit = pow2_ceil((seg + cfg->tpr - 1) / cfg->tpr);
+    if (cfg->items > fit) cfg->items = (int)fit;
+}
+
 void xent_config_fit_rows(xent_config *cfg, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
-    int v = row_vec(p);
-    if (v >= cfg->vec) return;
     xent_config fitted = *cfg;
-    long items = (long)cfg->items * cfg->vec / v, most = chunk_limit(cfg->block) / v;
-    fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);
-    fitted.vec = v;
+    int v = row_vec(p);
+    if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
+        long items = (long)cfg->items * cfg->vec / v, most = chunk_limit(cfg->block) / v;
+        fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);
+        fitted.vec = v;
+    }
+    fit_team(&fitted, p);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 

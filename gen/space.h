@@ -103,9 +103,11 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 /* Whether the training family's fused kernel reads p's rows twice under cfg
  * (a block's slice longer than its chunk): EVICT's rows. */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
-/* A config tuned for other rows (the nearest entry's), its vector narrowed
- * to the one p's rows load (short rows aligned to less than the config's
- * vector) with as many elements a chunk; unchanged where that does not fit. */
+/* A config tuned for other rows (the nearest entry's), fitted to p's: its
+ * vector narrowed to the one p's rows load (short rows aligned to less than
+ * the config's vector) with as many elements a chunk, its team narrowed to
+ * the vectors of a row's segment and its chunk to a lane's share; unchanged
+ * where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, const xent_problem *p);
 
 #endif

@@ -2,8 +2,8 @@
  * CPU: the shipped tunecache/h200.sql answering its own GPU, siblings of its
  * architecture answering through it, user entries first, stale and
  * unusable entries passed over with a note, entries of another problem kind
- * (targets, reduction, options) after those of the problem's own, and the
- * heuristic last. */
+ * (targets, reduction, options, the other 16-bit dtype) after those of the
+ * problem's own, and the heuristic last. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,13 +111,13 @@ static const lookup_case cases[] = {
      "h200 32768x4096 (arch): stale", NULL},
     /* the shipped cache holds i64 mean entries only: other kinds take them, and say so */
     {"h200 none takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096,
-     "answered by h200 32768x4096 i64 mean (another kind)", "none"},
+     "answered by h200 32768x4096 f32 i64 mean (another kind)", "none"},
     {"h200 weighted i32 takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
-     H200_32768x4096, "answered by h200 32768x4096 i64 mean", "i32 weights smoothing lse"},
+     H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "i32 weights smoothing lse"},
     {"h100 sum from h200 mean", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
-     "answered by h200 32768x4096 i64 mean", "sum"},
+     "answered by h200 32768x4096 f32 i64 mean", "sum"},
     {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096 i64 mean (nearest): stale", "none"},
+     "h200 32768x4096 f32 i64 mean (nearest): stale", "none"},
 };
 
 /* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",
@@ -138,6 +138,10 @@ static void apply_kind(xent_problem *p, const char *kind) {
             p->label_smoothing = 0.1f;
         else if (!strcmp(w, "lse"))
             p->write_lse = 1;
+        else if (!strcmp(w, "f16"))
+            p->logits = XENT_F16;
+        else if (!strcmp(w, "bf16"))
+            p->logits = XENT_BF16;
         else if (!strcmp(w, "strided"))
             p->row_stride = p->c + 64;
         else
@@ -211,6 +215,8 @@ typedef struct kind_case {
 #define CFG_C "VEC=4 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"
 /* legal for reduction none only: unsplit rows under dynamic scheduling sum in no fixed order */
 #define CFG_DYN "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2"
+/* a team and chunk for rows of 10 classes, which fit_rows leaves as they are */
+#define CFG_SHORT "VEC=4 TPR=4 BLOCK=128 ITEMS=1 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"
 /* 32 rows of a warp staged in shared memory: only short strides fit */
 #define CFG_TILE "VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"
 
@@ -222,21 +228,21 @@ static const kind_case kind_cases[] = {
      4096,
      {{"none", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}},
      1,
-     "answered by user 65536x4096 i64 mean"},
+     "answered by user 65536x4096 f32 i64 mean"},
     {"sum before none for a mean",
      "",
      1024,
      4096,
      {{"none", 1024, 4096, CFG_A}, {"sum", 8, 100, CFG_B}},
      1,
-     "answered by user 8x100 i64 sum"},
+     "answered by user 8x100 f32 i64 sum"},
     {"targets before reduction",
      "i32",
      1024,
      4096,
      {{"i32 sum", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}},
      1,
-     "answered by user 65536x4096 i64 mean"},
+     "answered by user 65536x4096 f32 i64 mean"},
     {"lse before reduction", "lse", 1024, 4096, {{"sum lse", 1024, 4096, CFG_A}, {"", 65536, 4096, CFG_B}}, 1, NULL},
     {"reduction before weights",
      "weights",
@@ -244,7 +250,7 @@ static const kind_case kind_cases[] = {
      4096,
      {{"", 1024, 4096, CFG_A}, {"sum weights", 65536, 4096, CFG_B}},
      1,
-     "i64 sum weights"},
+     "f32 i64 sum weights"},
     {"weights before none", "", 1024, 4096, {{"none", 1024, 4096, CFG_A}, {"weights", 65536, 4096, CFG_B}}, 1, NULL},
     {"none before smoothing",
      "",
@@ -273,12 +279,12 @@ static const kind_case kind_cases[] = {
      4096,
      {{"none", 1024, 4096, CFG_DYN}, {"none lse", 65536, 4096, CFG_B}},
      1,
-     "user 1024x4096 i64 none (nearest): config does not fit: PERSIST=2"},
+     "user 1024x4096 f32 i64 none (nearest): config does not fit: PERSIST=2"},
     {"a tile passed over for long strides",
      "strided",
      1024,
      10,
-     {{"", 1024, 10, CFG_TILE}, {"i32", 1024, 10, CFG_C}},
+     {{"", 1024, 10, CFG_TILE}, {"i32", 1024, 10, CFG_SHORT}},
      1,
      "config does not fit: TILE"},
     {"a strided entry for contiguous rows",
@@ -287,7 +293,24 @@ static const kind_case kind_cases[] = {
      10,
      {{"strided", 1024, 10, CFG_TILE}},
      0,
-     "answered by user 1024x10 i64 mean strided"},
+     "answered by user 1024x10 f32 i64 mean strided"},
+    {"f16 takes bf16 of its kind",
+     "f16",
+     1024,
+     4096,
+     {{"f16 none", 1024, 4096, CFG_A}, {"bf16", 65536, 4096, CFG_B}},
+     1,
+     "answered by user 65536x4096 bf16 i64 mean"},
+    {"bf16 takes f16", "bf16 sum", 1024, 4096, {{"f16 sum", 64, 4096, CFG_A}}, 0, "f16 i64 sum"},
+    {"own dtype at any shape first", "f16", 1024, 4096, {{"bf16", 1024, 4096, CFG_A}, {"f16", 8, 100, CFG_B}}, 1, NULL},
+    {"f32 never takes 16-bit",
+     "",
+     1024,
+     4096,
+     {{"bf16", 1024, 4096, CFG_A}, {"f16 none", 1024, 4096, CFG_B}},
+     -1,
+     NULL},
+    {"16-bit never takes f32", "bf16", 1024, 4096, {{"", 1024, 4096, CFG_A}}, -1, NULL},
     {"every entry unfit: the heuristic", "", 1024, 4096, {{"none", 1024, 4096, CFG_DYN}}, -1, "config does not fit"},
 };
 

@@ -503,8 +503,9 @@ static const heur_case heur_cases[] = {
 
 /* A config made for other rows (a nearest entry's), fitted to a problem's:
  * narrowed to the vector short rows' alignment takes, as many elements a
- * chunk; left alone for rows it already suits, long rows, the tile path and
- * the training family. */
+ * chunk; its team narrowed to the row's vectors and its chunk to the team's
+ * share; left alone for rows it already suits, long rows, split rows whose
+ * segments it suits, the tile path and the training family. */
 typedef struct fit_case {
     int64_t n, c, stride;
     xent_dtype d;
@@ -523,6 +524,19 @@ static const fit_case fit_cases[] = {
     {8192, 999, 1000, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
     /* rows past 8 KB */
     {4096, 2049, 2049, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM},
+    /* a team wider than the row, a chunk longer than a lane's share */
+    {5, 249, 249, XENT_F16, XENT_OP_FORWARD,
+     "VEC=8 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=2 TPR=128 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {367696, 217, 217, XENT_BF16, XENT_OP_FORWARD,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=2 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {1024, 100, 100, XENT_F32, XENT_OP_FORWARD,
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3",
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=1 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"},
+    {8, 100000, 100000, XENT_F32, XENT_OP_FORWARD,
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=2",
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=2"},
     /* the tile path and the training family */
     {1048576, 7, 7, XENT_F32, XENT_OP_FORWARD,
      "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1",
@@ -532,7 +546,7 @@ static const fit_case fit_cases[] = {
      "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"},
 };
 
-START_TEST(fit_rows_narrows_short_misaligned_rows) {
+START_TEST(fit_rows_to_the_problem) {
     const fit_case *t = &fit_cases[_i];
     xent_problem p;
     xent_config got;
@@ -638,7 +652,7 @@ int main(void) {
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);
     tcase_add_loop_test(tc, heuristic_follows_the_table, 0, (int)(sizeof heur_cases / sizeof heur_cases[0]));
-    tcase_add_loop_test(tc, fit_rows_narrows_short_misaligned_rows, 0, (int)(sizeof fit_cases / sizeof fit_cases[0]));
+    tcase_add_loop_test(tc, fit_rows_to_the_problem, 0, (int)(sizeof fit_cases / sizeof fit_cases[0]));
     tcase_add_test(tc, heuristic_bands_follow_the_sm_count);
     tcase_add_test(tc, heuristic_table_is_derived_from_the_cache);
     tcase_add_test(tc, heuristic_fits_every_problem);

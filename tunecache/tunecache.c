@@ -50,10 +50,13 @@ struct tc_db {
 /* Parameters ?1..?11 follow KEY_COLS; nearest leaves ?9 (n) and ?10 (c) unused.
  * A NULL gpu (?1) or sm_count (?3) matches any: the architecture level of a
  * lookup relaxes both. A NULL targets (?6), reduction (?7) or options (?8)
- * matches any too: the relaxed-key levels (key_dist) take them all. */
+ * matches any too: the relaxed-key levels (key_dist) take them all, and with
+ * ?12 set they also take the other 16-bit logits dtype (0 is XENT_F32; f16
+ * and bf16 rows are the same bytes, widened by another instruction). */
 #define WHERE_FAMILY                                                                                                   \
     "(?1 IS NULL OR gpu = ?1) AND arch = ?2 AND "                                                                      \
-    "(?3 IS NULL OR sm_count = ?3) AND family = ?4 AND logits = ?5 AND "                                               \
+    "(?3 IS NULL OR sm_count = ?3) AND family = ?4 AND "                                                               \
+    "(logits = ?5 OR (?12 IS NOT NULL AND logits <> 0 AND ?5 <> 0)) AND "                                              \
     "(?6 IS NULL OR targets = ?6) AND (?7 IS NULL OR reduction = ?7) AND "                                             \
     "(?8 IS NULL OR options = ?8) AND template_version = ?11"
 #define WHERE_EXACT WHERE_FAMILY " AND n = ?9 AND c = ?10"
@@ -501,7 +504,9 @@ void tc_kind_text(const tc_key *k, char *buf, size_t len) {
         {TC_OPT_STRIDED, "strided"}, {TC_OPT_ZLOSS, "zloss"},         {TC_OPT_SOFTCAP, "softcap"},
         {TC_OPT_SHARD, "shard"},
     };
-    size_t used = (size_t)snprintf(buf, len, "%s %s", k->targets == XENT_I64 ? "i64" : "i32",
+    static const char *dtypes[] = {"f32", "f16", "bf16"};
+    size_t used = (size_t)snprintf(buf, len, "%s %s %s", (unsigned)k->logits <= 2 ? dtypes[k->logits] : "?",
+                                   k->targets == XENT_I64 ? "i64" : "i32",
                                    k->reduction >= 0 && k->reduction <= 2 ? reductions[k->reduction] : "?");
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         if ((k->options & opts[i].bit) && used < len)
@@ -510,13 +515,15 @@ void tc_kind_text(const tc_key *k, char *buf, size_t len) {
 
 /* How far an entry's problem kind is from the query's, 0 when the same:
  * the cost of each difference in what a kernel does beside reading the
- * rows. A target's width is one load a row, the lse one store a row; sum
+ * rows. The other 16-bit dtype widens each element by another instruction,
+ * the same bytes read; a target's width is one load a row, the lse one store a row; sum
  * and mean differ only in the last block's division; strided rows change
  * their alignment and class weights add a load a row; none stores a loss a
  * row instead of summing in every block; smoothing adds side sums to every
  * chunk, registers included. The costs of the differences add up. */
 static int key_dist(const tc_key *q, const tc_key *k) {
     int d = 0, diff = q->options ^ k->options;
+    if (q->logits != k->logits) d += 1;
     if (q->targets != k->targets) d += 1;
     if (diff & TC_OPT_LSE) d += 1;
     if (q->reduction != k->reduction) d += q->reduction == XENT_REDUCE_NONE || k->reduction == XENT_REDUCE_NONE ? 8 : 2;
@@ -571,8 +578,10 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any
         sqlite3_bind_null(st, 1);
         sqlite3_bind_null(st, 3);
     }
-    if (any_kind)
+    if (any_kind) {
         for (int p = 6; p <= 8; p++) sqlite3_bind_null(st, p);
+        sqlite3_bind_int(st, 12, 1);
+    }
     int s = SQLITE_DONE;
     while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
         cand c;
