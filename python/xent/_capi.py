@@ -136,10 +136,8 @@ class Args(ctypes.Structure):
 
 def make_args(**tensors):
     """An Args holding the device pointers of the tensors given by field name (None or absent: NULL)."""
-    a = Args()
-    for name, t in tensors.items():
-        setattr(a, name, t.data_ptr() if t is not None else None)
-    return a
+    # one constructor call: a setattr a field costs more on the launch path
+    return Args(**{name: t.data_ptr() for name, t in tensors.items() if t is not None})
 
 
 class DeviceInfo(ctypes.Structure):

@@ -225,17 +225,24 @@ def _forward_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_
                                        label_smoothing, z_loss, softcap)
         return loss.float(), (lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32))
     _check_inputs(input, target, weight)
-    return _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                         write_lse)
+    loss, lse = _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                              write_lse)
+    return loss, _lse_or_empty(input, lse)
+
+
+def _lse_or_empty(input, lse):
+    """The ops' schemas return a tensor for the lse: an empty one when it was not asked for."""
+    return lse if lse is not None else input.new_empty((0,), dtype=torch.float32)
 
 
 def _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
+    """(loss, lse), lse None unless write_lse: the eager paths allocate nothing they do not return."""
     n = input.shape[0]
-    loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=input.device)
-    lse = torch.empty((n if write_lse else 0,), dtype=torch.float32, device=input.device)
+    loss = input.new_empty(_loss_shape(n, reduction), dtype=torch.float32)
+    lse = input.new_empty((n,), dtype=torch.float32) if write_lse else None
     key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
                _capi.XENT_OP_FORWARD)
-    _launch(input.device, key, input, target, weight, loss, lse if write_lse else None)
+    _launch(input.device, key, input, target, weight, loss, lse)
     return loss, lse
 
 
@@ -249,11 +256,11 @@ def _(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, s
 def _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
                 grad):
     n = input.shape[0]
-    loss = torch.empty(_loss_shape(n, reduction), dtype=torch.float32, device=input.device)
-    lse = torch.empty((n if write_lse else 0,), dtype=torch.float32, device=input.device)
+    loss = input.new_empty(_loss_shape(n, reduction), dtype=torch.float32)
+    lse = input.new_empty((n,), dtype=torch.float32) if write_lse else None
     key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
                _capi.XENT_OP_FUSED)
-    _launch(input.device, key, input, target, weight, loss, lse if write_lse else None, grad=grad)
+    _launch(input.device, key, input, target, weight, loss, lse, grad=grad)
     return loss, lse
 
 
@@ -272,7 +279,7 @@ def _fused_op(input: Tensor, target: Tensor, weight: Optional[Tensor], ignore_in
     grad = torch.empty_like(input, memory_format=torch.contiguous_format)
     loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                             write_lse, grad)
-    return loss, lse, grad
+    return loss, _lse_or_empty(input, lse), grad
 
 
 @_fused_op.register_fake
@@ -293,8 +300,9 @@ def _fused_inplace_op(input: Tensor, target: Tensor, weight: Optional[Tensor], i
         input.copy_(g)
         return loss.float(), lse.float() if write_lse else input.new_empty((0,), dtype=torch.float32)
     _check_inputs(input, target, weight)
-    return _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                       write_lse, input)
+    loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                            write_lse, input)
+    return loss, _lse_or_empty(input, lse)
 
 
 @_fused_inplace_op.register_fake
@@ -356,7 +364,8 @@ def _keep_for_backward(ctx, grad, reduction, *non_differentiable):
     """What every fused path keeps for _fused_backward (one call: mark_non_differentiable replaces,
     it does not add)."""
     ctx.save_for_backward(grad)
-    ctx.mark_non_differentiable(*non_differentiable)
+    if non_differentiable:
+        ctx.mark_non_differentiable(*non_differentiable)
     ctx.set_materialize_grads(False)
     ctx.reduction = reduction
 
@@ -366,7 +375,8 @@ torch.library.register_autograd("xent::fused", _fused_backward, setup_context=_f
 
 class _FusedInplace(torch.autograd.Function):
     """XENT_OP_FUSED writing the gradient over the logits' own storage; backward rescales it in place.
-    The logits hold the gradient after the forward: nothing else may use them afterwards."""
+    The logits hold the gradient after the forward: nothing else may use them afterwards. Returns the
+    loss, or (loss, lse) with write_lse."""
 
     @staticmethod
     def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
@@ -376,6 +386,9 @@ class _FusedInplace(torch.autograd.Function):
         else:
             loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
                                                      label_smoothing, z_loss, softcap, write_lse)
+        if not write_lse:
+            _keep_for_backward(ctx, input.detach(), reduction)
+            return loss
         _keep_for_backward(ctx, input.detach(), reduction, lse)
         return loss, lse
 
@@ -384,7 +397,8 @@ class _FusedInplace(torch.autograd.Function):
 
 class _FusedEager(torch.autograd.Function):
     """Eager mode's fused loss: the kernels launched straight from here, with none of the custom op's
-    dispatch on the way (torch.compile traces xent::fused instead, for its graph)."""
+    dispatch on the way (torch.compile traces xent::fused instead, for its graph). Returns the loss, or
+    (loss, lse) with write_lse: no lse is allocated or tracked that the caller does not take."""
 
     @staticmethod
     def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
@@ -392,6 +406,9 @@ class _FusedEager(torch.autograd.Function):
         grad = torch.empty_like(x, memory_format=torch.contiguous_format)
         loss, lse = _fused_impl(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                                 write_lse, grad)
+        if not write_lse:
+            _keep_for_backward(ctx, grad, reduction)
+            return loss
         _keep_for_backward(ctx, grad, reduction, lse)
         return loss, lse
 
@@ -428,10 +445,9 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     eager = _direct(input)
     if not (torch.is_grad_enabled() and input.requires_grad):
         loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
-    elif inplace_backward:
-        loss, lse = _FusedInplace.apply(input, *args)
-    elif eager:
-        loss, lse = _FusedEager.apply(input, *args)
+    elif inplace_backward or eager:
+        out = (_FusedInplace if inplace_backward else _FusedEager).apply(input, *args)
+        loss, lse = out if return_lse else (out, None)
     else:
         loss, lse, _ = torch.ops.xent.fused(input, *args)
     return (loss, lse) if return_lse else loss
