@@ -430,8 +430,10 @@ static int store_winner(search *s, const xent_tune_result *r) {
     e.us = r->best.us;
     e.gbps = r->best.gbps;
     e.when = (int64_t)time(NULL);
-    snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f", s->o->settings ? s->o->settings : "",
-             r->floor_us, r->heuristic.us);
+    /* untimed: the variants the budget left, so that a cache says which of its winners a larger
+     * budget could still change */
+    snprintf(e.settings, sizeof e.settings, "%s floor_us=%.2f heuristic_us=%.2f untimed=%d",
+             s->o->settings ? s->o->settings : "", r->floor_us, r->heuristic.us, r->unreached);
     int rc = tc_put(s->o->db, &key, &e);
     return rc == XENT_OK ? rc : xent_fail(s->ctx, XENT_ECACHE, "the winner was not stored: %s", tc_errmsg(s->o->db));
 }

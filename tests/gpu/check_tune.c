@@ -117,6 +117,9 @@ static void tune_case(int64_t n, int64_t c) {
     xent_config_format(&r.best.config, cfg, sizeof cfg);
     ck_assert_str_eq(e.config, cfg);
     ck_assert(fabs(e.us - r.best.us) < 1e-9 * r.best.us);
+    char untimed[32];
+    snprintf(untimed, sizeof untimed, " untimed=%d", r.unreached);
+    ck_assert_msg(strstr(e.settings, untimed), "settings '%s' lack '%s'", e.settings, untimed);
     xent_tune_result_free(&r);
     serve_and_check(&p, &r.best.config);
 }
