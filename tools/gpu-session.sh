@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py gradprofile random threads sanitize faults
+#   grad gradtune py gradprofile random threads sanitize faults vocabpar
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -125,6 +125,18 @@ for s in "$@"; do
         stage "python package"
         LIGER_WHEEL=${LIGER_WHEEL:-$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)} \
             run bash python/tests/run_gpu.sh "$OUT/py" ;;
+    vocabpar)
+        # the vocabulary split across the GPUs of this machine over NCCL (bench/vocab_parallel.py):
+        # each rank's loss and gradient against the unsharded float64 reference, then the time per
+        # step of xent and of PyTorch's formulation, on 1, 2, 4 and 8 GPUs as the machine has them
+        stage "vocabulary-parallel cross-entropy"
+        ngpu=$(nvidia-smi -L | grep -c "^GPU")
+        for k in 1 2 4 8; do
+            [ "$k" -le "$ngpu" ] || continue
+            NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 run timeout "${VOCABPAR_TIMEOUT:-600}" \
+                python3 -m torch.distributed.run --standalone --nproc-per-node "$k" bench/vocab_parallel.py \
+                --out "$OUT/vocabpar/gpus$k" ${VOCABPAR_SHAPES:+--shapes "$VOCABPAR_SHAPES"}
+        done ;;
     gradprofile)
         # hardware counters of the fused rows kernel on the plan the lookup gives (bench/ncu_train.py)
         stage "profile the fused training kernel (Nsight Compute)"

@@ -32,7 +32,7 @@ else
 fi
 rc=0
 # pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
-(cd python/tests && $PY -m pytest -v -rfEs test_gpu.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
+(cd python/tests && $PY -m pytest -v -rfEs test_gpu.py test_distributed.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
 tail -5 "$LOG/pytest-gpu.log"
 grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller even when the log does not
 (cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1

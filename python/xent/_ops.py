@@ -642,8 +642,10 @@ class _VocabParallel(torch.autograd.Function):
         if group is not None:
             import torch.distributed as dist
             k = dist.get_world_size(group)
-            gathered = stats.new_empty((k,) + tuple(stats.shape))
+            # gathered along dim 0 and viewed as [k, 2, N]: NCCL takes either layout, Gloo this one only
+            gathered = stats.new_empty((k * 2, stats.shape[1]))
             dist.all_gather_into_tensor(gathered, stats.contiguous(), group=group)
+            gathered = gathered.view(k, 2, stats.shape[1])
         else:
             gathered = stats.unsqueeze(0)
         loss, lse = combine(gathered, target, vocab, ignore_index=ignore_index, reduction=reduction,
