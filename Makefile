@@ -35,7 +35,7 @@ TUNE_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tune/*.c))
 HEADERS := $(wildcard include/*.h common/*.h gen/*.h runtime/*.h tunecache/*.h tune/*.h tools/*.h)
 CPU_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/check_*.c))
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/check_*.c))
-TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example
+TOOLS := $(BUILD)/xent-tune $(BUILD)/xent-example $(if $(wildcard $(CUDA)/include/nccl.h),$(BUILD)/xent-example-nccl)
 
 .PHONY: all test test-slow test-gpu install clean format FORCE $(CPU_RUNS) $(SLOW_RUNS)
 all: $(BUILD)/libxent.so $(BUILD)/$(SONAME) $(BUILD)/libxent.a $(BUILD)/xent.pc $(TOOLS) $(BUILD)/COMMIT
@@ -101,6 +101,14 @@ $(BUILD)/tools/example.o: tools/example.c include/xent.h $(BUILD)/flags
 # loads the driver itself, so this binary also starts without a GPU.
 $(BUILD)/xent-example: $(BUILD)/tools/example.o $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lcudart_static -lrt $(LIBS)
+
+# The NCCL example, where the toolkit ships nccl.h (it also needs libnccl.so.2 at run time).
+$(BUILD)/tools/example_nccl.o: tools/example_nccl.c include/xent.h $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -I$(CUDA)/include -c $< -o $@
+
+$(BUILD)/xent-example-nccl: $(BUILD)/tools/example_nccl.o $(BUILD)/libxent.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -L$(CUDA)/lib64 -lnccl -lcudart_static -lrt $(LIBS)
 
 # Test binaries are never installed: they keep CUDA's folder as their RUNPATH.
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libxent-tune.a $(BUILD)/libxent.a $(HEADERS) $(wildcard tests/*.h tests/gpu/*.h)

@@ -136,7 +136,13 @@ for s in "$@"; do
             NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 run timeout "${VOCABPAR_TIMEOUT:-600}" \
                 python3 -m torch.distributed.run --standalone --nproc-per-node "$k" bench/vocab_parallel.py \
                 --out "$OUT/vocabpar/gpus$k" ${VOCABPAR_SHAPES:+--shapes "$VOCABPAR_SHAPES"}
-        done ;;
+        done
+        # the same from C with NCCL directly (tools/example_nccl.c), every GPU; libnccl.so.2 from
+        # the toolkit's folder, else from torch's NCCL wheel
+        if [ "$ngpu" -ge 2 ] && [ -x build/xent-example-nccl ]; then
+            ncclib=$(python3 -c "import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
+            NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH="$LD_LIBRARY_PATH${ncclib:+:$ncclib}" run build/xent-example-nccl 8192 128256
+        fi ;;
     gradprofile)
         # hardware counters of the fused rows kernel on the plan the lookup gives (bench/ncu_train.py)
         stage "profile the fused training kernel (Nsight Compute)"
