@@ -94,12 +94,20 @@ for s in "$@"; do
         run build/xent-example ;;
     sweep)
         # SWEEP_SETS: f32 (sweep-shapes.txt), bf16 (sweep-shapes-16bit.txt, whose
-        # entries answer f16 too); the tune and gradtune stages import the shipped
-        # entries, so run one of them first when the sweep covers one set only
+        # entries answer f16 too), each optionally of another problem kind: DTYPE:KIND
+        # with KIND none, sum, i32, smoothing or weights (e.g. "bf16:none f32:smoothing");
+        # the tune and gradtune stages import the shipped entries, so run one of them
+        # first when the sweep covers part of the sets only
         stage "sweep for the shipped cache (${SWEEP_SETS:-f32 bf16})"
         for set in ${SWEEP_SETS:-f32 bf16}; do
-            file=tunecache/sweep-shapes.txt; [ "$set" = f32 ] || file=tunecache/sweep-shapes-16bit.txt
-            run $TUNE --gpu h200 --shapes-file $file --dtype "$set" --budget "${SWEEP_BUDGET:-6}" -q --top 1
+            dt=${set%%:*}; kind=${set#"$dt"}; kind=${kind#:}
+            file=tunecache/sweep-shapes.txt; [ "$dt" = f32 ] || file=tunecache/sweep-shapes-16bit.txt
+            case $kind in
+                "") flags=() ;; none|sum) flags=(--reduction "$kind") ;; i32) flags=(--targets i32) ;;
+                smoothing) flags=(--label-smoothing 0.1) ;; weights) flags=(--weights) ;;
+                *) echo "FAILED: unknown sweep kind '$kind'"; status=1; continue ;;
+            esac
+            run $TUNE --gpu h200 --shapes-file $file --dtype "$dt" "${flags[@]}" --budget "${SWEEP_BUDGET:-6}" -q --top 1
         done ;;
     export)
         stage "export"
