@@ -194,17 +194,32 @@ static int row_vec(const xent_problem *p) {
     return own ? stride_vec(p) : widest_vec(p->logits);
 }
 
+/* The vectors of a team's segment of a row: the whole row unless split. */
+static long seg_vectors(const xent_config *c, const xent_problem *p) {
+    long nv = (p->c + c->vec - 1) / c->vec;
+    return (nv + c->split - 1) / c->split;
+}
+
+/* The ITEMS that hold a lane's share of seg vectors in one chunk. */
+static long lane_items(const xent_config *c, long seg) { return pow2_ceil((seg + c->tpr - 1) / c->tpr); }
+
+/* No team wider than seg vectors: a team wider than a warp is its block, and
+ * one narrowed from a block to a warp or less takes the smallest block such
+ * teams use. */
+static void narrow_team(xent_config *cfg, long seg) {
+    long widest = pow2_ceil(seg);
+    if (cfg->tpr <= widest) return;
+    cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
+    cfg->tpr = (int)widest;
+}
+
 /* A team no wider than a segment's vectors, and a chunk no longer than its
  * share (the tuner's pruning in relevant()): a config made for longer rows
  * otherwise leaves lanes idle and loads masked out. */
 static void fit_team(xent_config *cfg, const xent_problem *p) {
-    long nv = (p->c + cfg->vec - 1) / cfg->vec, seg = (nv + cfg->split - 1) / cfg->split;
-    long widest = pow2_ceil(seg);
-    if (cfg->tpr > widest) {
-        cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
-        cfg->tpr = (int)widest;
-    }
-    long fit = pow2_ceil((seg + cfg->tpr - 1) / cfg->tpr);
+    long seg = seg_vectors(cfg, p);
+    narrow_team(cfg, seg);
+    long fit = lane_items(cfg, seg);
     if (cfg->items > fit) cfg->items = (int)fit;
 }
 
@@ -224,8 +239,7 @@ void xent_config_fit_rows(xent_config *cfg, const xent_problem *p) {
 /* Splitting pays only when rows are too few to fill the GPU. */
 static int split_relevant(const xent_problem *p, int sm_count, const xent_config *c) {
     if (c->split == 1) return 1;
-    long nv = (p->c + c->vec - 1) / c->vec;
-    long seg = (nv + c->split - 1) / c->split;
+    long seg = seg_vectors(c, p);
     return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L && c->tpr >= 32;
 }
 
@@ -237,12 +251,11 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
     if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     if (!split_relevant(p, sm_count, c)) return 0;
-    long nv = (p->c + c->vec - 1) / c->vec;
-    long seg = (nv + c->split - 1) / c->split;
+    long seg = seg_vectors(c, p);
     if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
     if (seg > (long)c->tpr * 256 && c->tpr < 512)
         return 0; /* too many vectors per thread, unless no wider team exists */
-    long fit = pow2_ceil((seg + c->tpr - 1) / c->tpr);
+    long fit = lane_items(c, seg);
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
@@ -625,9 +638,9 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = h->persist;
     cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
     /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
-    long nv = (p->c + cfg->vec - 1) / cfg->vec, widest = nv > 1 ? pow2_ceil(nv) : 1;
-    cfg->tpr = h->tpr > widest ? (int)widest : h->tpr;
-    cfg->block = cfg->tpr > 32 ? cfg->tpr : h->tpr > 32 ? MIN_WARP_TEAM_BLOCK : h->block;
+    cfg->tpr = h->tpr;
+    cfg->block = h->block;
+    narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
     cfg->items = heur_items(h, cfg, p->logits);
     cfg->split = heur_split(p, sm_count, cfg);
     /* every tuned PERSIST=2 winner split its rows; unsplit, keep the static grid */
