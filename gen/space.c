@@ -92,8 +92,10 @@ static int refuse(char *why, size_t len, const char *reason) {
 
 /* The largest cluster the hardware guarantees without opting in. */
 #define MAX_GRAD_SPLIT 8
-/* Elements of a chunk a thread of the grad family may hold in registers. */
-#define GRAD_CHUNK_LIMIT 32
+/* Bytes of a chunk a thread of the grad family may hold in registers (64
+ * words: 128 16-bit logits in 124 registers, 4 warps a multiprocessor's
+ * quarter, unspilled). */
+#define GRAD_CHUNK_BYTES 256
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
@@ -119,8 +121,8 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
     if (cfg->split > MAX_GRAD_SPLIT) return refuse(why, len, "SPLIT: a cluster has at most 8 blocks");
     if (cfg->split > 1 && cfg->tpr != cfg->block)
         return refuse(why, len, "SPLIT > 1 takes TPR == BLOCK (a cluster of whole-block teams)");
-    if (cfg->items * cfg->vec > GRAD_CHUNK_LIMIT)
-        return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers");
+    if (cfg->items * vbytes > GRAD_CHUNK_BYTES)
+        return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers (256 bytes)");
     if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
         return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
     return 1;
@@ -194,17 +196,32 @@ static int row_vec(const xent_problem *p) {
     return own ? stride_vec(p) : widest_vec(p->logits);
 }
 
+/* The vectors of a team's segment of a row: the whole row unless split. */
+static long seg_vectors(const xent_config *c, const xent_problem *p) {
+    long nv = (p->c + c->vec - 1) / c->vec;
+    return (nv + c->split - 1) / c->split;
+}
+
+/* The ITEMS that hold a lane's share of seg vectors in one chunk. */
+static long lane_items(const xent_config *c, long seg) { return pow2_ceil((seg + c->tpr - 1) / c->tpr); }
+
+/* No team wider than seg vectors: a team wider than a warp is its block, and
+ * one narrowed from a block to a warp or less takes the smallest block such
+ * teams use. */
+static void narrow_team(xent_config *cfg, long seg) {
+    long widest = pow2_ceil(seg);
+    if (cfg->tpr <= widest) return;
+    cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
+    cfg->tpr = (int)widest;
+}
+
 /* A team no wider than a segment's vectors, and a chunk no longer than its
  * share (the tuner's pruning in relevant()): a config made for longer rows
  * otherwise leaves lanes idle and loads masked out. */
 static void fit_team(xent_config *cfg, const xent_problem *p) {
-    long nv = (p->c + cfg->vec - 1) / cfg->vec, seg = (nv + cfg->split - 1) / cfg->split;
-    long widest = pow2_ceil(seg);
-    if (cfg->tpr > widest) {
-        cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
-        cfg->tpr = (int)widest;
-    }
-    long fit = pow2_ceil((seg + cfg->tpr - 1) / cfg->tpr);
+    long seg = seg_vectors(cfg, p);
+    narrow_team(cfg, seg);
+    long fit = lane_items(cfg, seg);
     if (cfg->items > fit) cfg->items = (int)fit;
 }
 
@@ -224,8 +241,7 @@ void xent_config_fit_rows(xent_config *cfg, const xent_problem *p) {
 /* Splitting pays only when rows are too few to fill the GPU. */
 static int split_relevant(const xent_problem *p, int sm_count, const xent_config *c) {
     if (c->split == 1) return 1;
-    long nv = (p->c + c->vec - 1) / c->vec;
-    long seg = (nv + c->split - 1) / c->split;
+    long seg = seg_vectors(c, p);
     return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L && c->tpr >= 32;
 }
 
@@ -237,12 +253,11 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
     if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     if (!split_relevant(p, sm_count, c)) return 0;
-    long nv = (p->c + c->vec - 1) / c->vec;
-    long seg = (nv + c->split - 1) / c->split;
+    long seg = seg_vectors(c, p);
     if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
     if (seg > (long)c->tpr * 256 && c->tpr < 512)
         return 0; /* too many vectors per thread, unless no wider team exists */
-    long fit = pow2_ceil((seg + c->tpr - 1) / c->tpr);
+    long fit = lane_items(c, seg);
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
@@ -262,7 +277,7 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (c->vec != widest_vec(p->logits) && (p->c > 256 || c->vec != stride_vec(p))) return 0;
     long per_thread = (long)c->items * c->vec;
     long cap = (long)c->tpr * per_thread * c->split;
-    long most = 512L * GRAD_CHUNK_LIMIT * MAX_GRAD_SPLIT;
+    long most = 512L * (GRAD_CHUNK_BYTES / xent_dtype_size(p->logits)) * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
@@ -418,8 +433,15 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
 }
 
 /* xent_grad: 16 elements a thread, the fewest threads that hold the row,
- * then clusters of up to 8 blocks, then 32 elements a thread; past that the
- * row is read twice by the widest cluster. */
+ * in teams of up to 512; past that the row is read twice by 512 threads of
+ * 256 bytes a chunk (the backward, one read, 128). A thread holds 32 fp32
+ * logits in teams of at least 64, or up to 128 16-bit ones in teams of at
+ * least a warp (the backward, which holds nothing across a reduction, 32 of
+ * either). The tuned fused winners on the H200: at 32768x4096 bf16 a warp
+ * of 128 logits a lane (150 us, against 170 for 128 threads of 32), fp32
+ * there 32 a lane (285 us, 291 at 64); read twice, 16384x50257 fp32 and
+ * 8192x128256 bf16 at 256 bytes a lane, 1.09x and 1.22x faster than 128
+ * and 64. */
 static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
@@ -431,13 +453,15 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         cfg->block = 128;
         return;
     }
+    const int bwd = p->op == XENT_OP_BACKWARD, wide = p->logits == XENT_F32 || bwd;
+    const long per = wide ? 32 : GRAD_CHUNK_BYTES / 2, least = wide ? 64 : 32;
     cfg->vec = widest_vec(p->logits);
-    /* a row held by the fewest threads of 32 elements each; past 512 threads,
-     * chunks of 512 read twice (the second read from L2): the tuned winners
-     * of long rows were never clusters */
-    cfg->items = GRAD_CHUNK_LIMIT / cfg->vec;
-    threads = (p->c + GRAD_CHUNK_LIMIT - 1) / GRAD_CHUNK_LIMIT;
-    cfg->tpr = cfg->block = (int)(threads <= 64 ? 64 : threads >= 512 ? 512 : pow2_ceil(threads));
+    threads = (p->c + per - 1) / per;
+    cfg->tpr = (int)(threads <= least ? least : threads >= 512 ? 512 : pow2_ceil(threads));
+    cfg->block = cfg->tpr < 64 ? 128 : cfg->tpr;
+    const long most = (bwd ? GRAD_CHUNK_BYTES / 2 : GRAD_CHUNK_BYTES) / (cfg->vec * xent_dtype_size(p->logits));
+    const long items = pow2_ceil((p->c + (long)cfg->tpr * cfg->vec - 1) / ((long)cfg->tpr * cfg->vec));
+    cfg->items = (int)(items < most ? items : most); /* the fewest that hold the row */
     cfg->evict = xent_config_reads_twice(cfg, p);
 }
 
@@ -625,9 +649,9 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->persist = h->persist;
     cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
     /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
-    long nv = (p->c + cfg->vec - 1) / cfg->vec, widest = nv > 1 ? pow2_ceil(nv) : 1;
-    cfg->tpr = h->tpr > widest ? (int)widest : h->tpr;
-    cfg->block = cfg->tpr > 32 ? cfg->tpr : h->tpr > 32 ? MIN_WARP_TEAM_BLOCK : h->block;
+    cfg->tpr = h->tpr;
+    cfg->block = h->block;
+    narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
     cfg->items = heur_items(h, cfg, p->logits);
     cfg->split = heur_split(p, sm_count, cfg);
     /* every tuned PERSIST=2 winner split its rows; unsplit, keep the static grid */

@@ -107,11 +107,13 @@
 #define GRAD (XENT_MODE != 0)
 /* Blocks a multiprocessor should hold, so that warps of other rows hide a
  * row's reduction and barrier: a register cap of 48 plus two a word of each
- * chunk held (ptxas -v: the chunk's words live across the reduction, and
- * fewer spilled), and four for each edge scalar past the first (a small team
- * holds up to 2 VEC - 2 of them, with their columns). */
+ * fp32 chunk held (ptxas -v: the chunk's words live across the reduction,
+ * and fewer spilled), or 56 plus one a word of a 16-bit chunk (held packed:
+ * chunk_max takes no widened copies); and four for each edge scalar past the
+ * first (a small team holds up to 2 VEC - 2 of them, with their columns). */
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
-#define REG_CAP (48 + 2 * (XENT_PREFETCH + 1) * CHUNK_WORDS + 4 * (EDGES - 1))
+#define HELD_WORDS ((XENT_PREFETCH + 1) * CHUNK_WORDS)
+#define REG_CAP ((ESIZE == 4 ? 48 + 2 * HELD_WORDS : 56 + HELD_WORDS) + 4 * (EDGES - 1))
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
@@ -207,11 +209,22 @@ __device__ __forceinline__ unsigned short narrow(float f) {
     return h;
 }
 
+/* A 16-bit element widens where it is used, each time (volatile asm): the
+ * compiler otherwise keeps widened copies of a held chunk alive, and held
+ * chunks spilled more at the same register cap. */
 __device__ __forceinline__ float elem(const unsigned (&r)[VWORDS], int e) {
 #if XENT_LOGIT == 0
     return __uint_as_float(r[e]);
+#elif XENT_LOGIT == 1
+    float f;
+    if (e % 2) asm volatile("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.f32.f16 %0, hi;}" : "=f"(f) : "r"(r[e / 2]));
+    else asm volatile("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.f32.f16 %0, lo;}" : "=f"(f) : "r"(r[e / 2]));
+    return f;
 #else
-    return widen16((unsigned short)(r[e / 2] >> (16 * (e % 2))));
+    unsigned u;
+    if (e % 2) asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(u) : "r"(r[e / 2]));
+    else asm volatile("shl.b32 %0, %1, 16;" : "=r"(u) : "r"(r[e / 2]));
+    return __uint_as_float(u);
 #endif
 }
 __device__ __forceinline__ void set_elem(unsigned (&r)[VWORDS], int e, float v) {
@@ -408,11 +421,23 @@ struct chunk {
     int ej[EDGES];
 };
 
+/* Byte offset of a lane's first vector of the chunk at vb within its row.
+ * Item i lies ITEM_BYTES * i further on, a constant the load and store
+ * instructions carry, so that a held chunk costs no address registers. */
+#define ITEM_BYTES (XENT_TPR * VBYTES)
+__device__ __forceinline__ size_t lane_offset(const slice &l, int vb, int lane) {
+    return (size_t)l.head * ESIZE + (size_t)(vb + lane) * VBYTES;
+}
+/* Item i of the lane is in the slice when i * TPR < lane_items(l, vb, lane):
+ * one count, not a predicate an item. */
+__device__ __forceinline__ int lane_items(const slice &l, int vb, int lane) { return l.v1 - vb - lane; }
+
 __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
+    const unsigned char *p = l.x + lane_offset(l, vb, lane);
+    const int rem = lane_items(l, vb, lane);
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
-        int v = vb + i * XENT_TPR + lane;
-        if (v < l.v1) load_vec(l.x + (size_t)l.head * ESIZE + (size_t)v * VBYTES, ch.r[i], keep);
+        if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
         else {
 #pragma unroll
             for (int w = 0; w < VWORDS; w++)
@@ -458,15 +483,45 @@ __device__ __forceinline__ float edge_y(const chunk &ch, int q, float cap) {
 __device__ __forceinline__ int vec_class(const slice &l, int v, int j) { return l.head + v * XENT_VEC + j; }
 
 #if ROW_PASS
-__device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice &l, int vb, int lane,
-                                           const gargs &k) {
+#if XENT_LOGIT != 0 && !XENT_SOFTCAP
+/* The larger of two 16-bit pairs, pair by pair (a NaN loses, as in fmaxf). */
+__device__ __forceinline__ unsigned max2(unsigned a, unsigned b) {
+    unsigned d;
+#if XENT_LOGIT == 1
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+    return d;
+}
+#endif
+
+/* The largest logit of a lane's chunk (slots past the slice hold -inf).
+ * 16-bit logits take the max of packed pairs and widen the one pair left:
+ * widened copies kept for the sums would double a held chunk's registers. */
+__device__ __forceinline__ float chunk_max(const chunk &ch, int rem, float cap) {
+#if XENT_LOGIT != 0 && !XENT_SOFTCAP
+    unsigned w = ch.r[0][0];
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++)
+#pragma unroll
+        for (int q = 0; q < VWORDS; q++) w = max2(w, ch.r[i][q]);
+    unsigned pair[VWORDS] = {w};
+    return fmaxf(elem(pair, 0), elem(pair, 1));
+#else
     float cm = neg_inf();
 #pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        bool valid = vb + i * XENT_TPR + lane < l.v1;
+    for (int i = 0; i < XENT_ITEMS; i++)
 #pragma unroll
-        for (int j = 0; j < XENT_VEC; j++) cm = fmaxf(cm, y_of(ch, i, j, valid, k.softcap));
-    }
+        for (int j = 0; j < XENT_VEC; j++) cm = fmaxf(cm, y_of(ch, i, j, i * XENT_TPR < rem, cap));
+    return cm;
+#endif
+}
+
+__device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice &l, int vb, int lane,
+                                           const gargs &k) {
+    const int rem = lane_items(l, vb, lane);
+    float cm = chunk_max(ch, rem, k.softcap);
 #pragma unroll
     for (int q = 0; q < EDGES; q++) cm = fmaxf(cm, edge_y(ch, q, k.softcap));
     acc_rebase(a, fmaxf(a.m, cm));
@@ -478,10 +533,10 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
         int v = vb + i * XENT_TPR + lane;
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) {
-            float y = y_of(ch, i, j, v < l.v1, k.softcap);
+            float y = y_of(ch, i, j, i * XENT_TPR < rem, k.softcap);
             a.s += exp_shifted(y, m);
 #if XENT_SMOOTHING || XENT_SHARD
-            if (v < l.v1) {
+            if (i * XENT_TPR < rem) {
                 float w = class_weight(k.weights, vec_class(l, v, j));
                 a.sy += w * (y - a.m);
                 a.sw += w;
@@ -571,10 +626,12 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 
 __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
                                                  const gargs &k, bool active) {
+    unsigned char *p = l.g + lane_offset(l, vb, lane);
+    const int rem = lane_items(l, vb, lane);
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
-        if (!active || v >= l.v1) continue;
+        if (!active || i * XENT_TPR >= rem) continue;
         unsigned o[VWORDS];
 #if XENT_LOGIT == 0
 #pragma unroll
@@ -585,7 +642,7 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
             o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k),
                              grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k));
 #endif
-        store_vec(l.g + (size_t)l.head * ESIZE + (size_t)v * VBYTES, o);
+        store_vec(p + i * ITEM_BYTES, o);
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)

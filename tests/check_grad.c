@@ -227,24 +227,57 @@ START_TEST(grad_candidates_are_legal_and_few) {
 END_TEST
 
 /* The grad family refuses the fwd family's knobs and clusters past 8. */
+static const struct {
+    const char *cfg;
+    int ok;
+    const char *why;
+} legal[] = {
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0", 1, ""},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "PASSES"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=16 PERSIST=0", 0, "cluster"},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 0, "TPR == BLOCK"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, ""},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "registers"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0, "PERSIST"},
+};
+
 START_TEST(grad_legality) {
-    static const struct {
-        const char *cfg;
-        int ok;
-        const char *why;
-    } t[] = {
-        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0", 1, ""},
-        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "PASSES"},
-        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=16 PERSIST=0", 0, "cluster"},
-        {"VEC=4 TPR=32 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 0, "TPR == BLOCK"},
-        {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "registers"},
-        {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0, "PERSIST"},
-    };
     xent_config c;
     char why[256] = "";
-    ck_assert_int_eq(xent_config_parse(t[_i].cfg, &c, why, sizeof why), XENT_OK);
-    ck_assert_int_eq(xent_config_legal_for(&c, XENT_FAMILY_GRAD, XENT_F32, why, sizeof why), t[_i].ok);
-    if (!t[_i].ok) ck_assert_msg(strstr(why, t[_i].why), "'%s' lacks '%s'", why, t[_i].why);
+    ck_assert_int_eq(xent_config_parse(legal[_i].cfg, &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_legal_for(&c, XENT_FAMILY_GRAD, XENT_F32, why, sizeof why), legal[_i].ok);
+    if (!legal[_i].ok) ck_assert_msg(strstr(why, legal[_i].why), "'%s' lacks '%s'", why, legal[_i].why);
+}
+END_TEST
+
+/* The heuristic's team and chunk: fused 16-bit rows held 128 logits a lane
+ * by teams of at least a warp, fp32 32 a lane by teams of at least 64; rows
+ * past 512 threads read twice in 256-byte chunks; the backward 32 a lane. */
+static const struct {
+    int64_t c;
+    xent_dtype dt;
+    xent_op op;
+    int tpr, block, items;
+} shapes[] = {
+    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8},       {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16},
+    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16},       {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4},
+    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4},         {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4},
+    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16},    {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16},
+    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16},     {50257, XENT_F32, XENT_OP_BACKWARD, 512, 512, 8},
+    {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8},
+};
+
+START_TEST(grad_heuristic_shapes) {
+    xent_problem p;
+    xent_problem_init(&p, 4096, shapes[_i].c);
+    p.logits = shapes[_i].dt, p.op = shapes[_i].op;
+    xent_config cfg;
+    char text[256];
+    xent_config_heuristic(&p, 132, &cfg);
+    xent_config_format(&cfg, text, sizeof text);
+    ck_assert_msg(cfg.tpr == shapes[_i].tpr && cfg.block == shapes[_i].block && cfg.items == shapes[_i].items,
+                  "c=%lld: %s, want TPR=%d BLOCK=%d ITEMS=%d", (long long)shapes[_i].c, text, shapes[_i].tpr,
+                  shapes[_i].block, shapes[_i].items);
 }
 END_TEST
 
@@ -262,7 +295,8 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
-    tcase_add_loop_test(tc, grad_legality, 0, 6);
+    tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
+    tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

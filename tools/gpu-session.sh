@@ -185,7 +185,8 @@ for s in "$@"; do
         # times. fp32 AB_SHAPES: xent-example's back-to-back time (200 calls on
         # the same inputs, so small problems partly hit the L2) on its heuristic
         # plan, or with AB_PLANS=shipped the plan of tunecache/h200.sql. Any dtype:
-        # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG..." lines, each timed by the
+        # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG... [-- XENT-TUNE FLAGS]" lines (the
+        # flags name the problem's kind, e.g. -- --label-smoothing 0.1 --weights), each timed by the
         # variant's xent-tune --config (the tuner's protocol and reference check)
         # for the op AB_OP (forward, fused or backward)
         stage "A/B of build/variants (${AB_PLANS:-heuristic} plans${AB_CONFIGS:+, configs of $AB_CONFIGS})"
@@ -198,12 +199,13 @@ for s in "$@"; do
                 done
             done
             [ -n "${AB_CONFIGS:-}" ] || continue
-            grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt cfg; do
+            grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt rest; do
+                cfg=${rest%% -- *}; kind=(); [ "$cfg" = "$rest" ] || read -ra kind <<< "${rest#* -- }"
                 for v in build/variants/*/; do
-                    us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" --config "$cfg" \
+                    us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" --config "$cfg" "${kind[@]}" \
                         --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
                         awk '$1 == "fastest" {print $2}')
-                    echo "rep$rep $sh $dt $(basename "$v") ${us:-FAILED} $cfg"
+                    echo "rep$rep $sh $dt ${kind[*]} $(basename "$v") ${us:-FAILED} $cfg"
                 done
             done
         done ;;

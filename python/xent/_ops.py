@@ -386,11 +386,8 @@ class _FusedInplace(torch.autograd.Function):
         else:
             loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
                                                      label_smoothing, z_loss, softcap, write_lse)
-        if not write_lse:
-            _keep_for_backward(ctx, input.detach(), reduction)
-            return loss
-        _keep_for_backward(ctx, input.detach(), reduction, lse)
-        return loss, lse
+        _keep_for_backward(ctx, input.detach(), reduction, *((lse,) if write_lse else ()))
+        return (loss, lse) if write_lse else loss
 
     backward = staticmethod(_fused_backward)
 
@@ -406,11 +403,8 @@ class _FusedEager(torch.autograd.Function):
         grad = torch.empty_like(x, memory_format=torch.contiguous_format)
         loss, lse = _fused_impl(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
                                 write_lse, grad)
-        if not write_lse:
-            _keep_for_backward(ctx, grad, reduction)
-            return loss
-        _keep_for_backward(ctx, grad, reduction, lse)
-        return loss, lse
+        _keep_for_backward(ctx, grad, reduction, *((lse,) if write_lse else ()))
+        return (loss, lse) if write_lse else loss
 
     backward = staticmethod(_fused_backward)
 
