@@ -92,9 +92,9 @@ static int refuse(char *why, size_t len, const char *reason) {
 
 /* The largest cluster the hardware guarantees without opting in. */
 #define MAX_GRAD_SPLIT 8
-/* Bytes of a chunk a thread of the grad family may hold in registers (64
- * words: 128 16-bit logits in 124 registers, 4 warps a multiprocessor's
- * quarter, unspilled). */
+/* Bytes of a chunk a thread of the grad family may hold in registers: 64
+ * words, which a thread holding 128 16-bit logits keeps in 124 registers
+ * without spilling. */
 #define GRAD_CHUNK_BYTES 256
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */

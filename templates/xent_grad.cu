@@ -422,8 +422,8 @@ struct chunk {
 };
 
 /* Byte offset of a lane's first vector of the chunk at vb within its row.
- * Item i lies ITEM_BYTES * i further on, a constant the load and store
- * instructions carry, so that a held chunk costs no address registers. */
+ * Item i lies ITEM_BYTES * i further on: a constant, which the load and
+ * store instructions carry as their immediate offset. */
 #define ITEM_BYTES (XENT_TPR * VBYTES)
 __device__ __forceinline__ size_t lane_offset(const slice &l, int vb, int lane) {
     return (size_t)l.head * ESIZE + (size_t)(vb + lane) * VBYTES;
