@@ -483,29 +483,16 @@ __device__ __forceinline__ float edge_y(const chunk &ch, int q, float cap) {
 __device__ __forceinline__ int vec_class(const slice &l, int v, int j) { return l.head + v * XENT_VEC + j; }
 
 #if ROW_PASS
-#if XENT_LOGIT != 0 && !XENT_SOFTCAP
-/* The larger of two 16-bit pairs, pair by pair (a NaN loses, as in fmaxf). */
-__device__ __forceinline__ unsigned max2(unsigned a, unsigned b) {
-    unsigned d;
-#if XENT_LOGIT == 1
-    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#else
-    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#endif
-    return d;
-}
-#endif
-
 /* The largest logit of a lane's chunk (slots past the slice hold -inf).
  * 16-bit logits take the max of packed pairs and widen the one pair left:
  * widened copies kept for the sums would double a held chunk's registers. */
 __device__ __forceinline__ float chunk_max(const chunk &ch, int rem, float cap) {
-#if XENT_LOGIT != 0 && !XENT_SOFTCAP
+#if XENT_LOGIT != 0 && !XENT_SOFTCAP && __CUDA_ARCH__ >= 800
     unsigned w = ch.r[0][0];
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++)
 #pragma unroll
-        for (int q = 0; q < VWORDS; q++) w = max2(w, ch.r[i][q]);
+        for (int q = 0; q < VWORDS; q++) w = max_pair(w, ch.r[i][q]);
     unsigned pair[VWORDS] = {w};
     return fmaxf(elem(pair, 0), elem(pair, 1));
 #else
