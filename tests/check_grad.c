@@ -239,7 +239,46 @@ static const struct {
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, ""},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "registers"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0, "PERSIST"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 1, ""},
+    {"VEC=4 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 0, "STASH"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 STASH=1", 0, "STASH"},
 };
+
+/* STASH fits fused rows longer than a chunk whose remainder fits a block's
+ * shared memory, and sizes the launch's dynamic shared memory to it. */
+static const struct {
+    int64_t c;
+    xent_dtype dt;
+    xent_op op;
+    const char *cfg;
+    size_t smem; /* 0: refused */
+} stashes[] = {
+    {50257, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", (12564 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=512 BLOCK=512 ITEMS=16", (16032 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2", (8016 - 4096) * 16},
+    {4096, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=128 BLOCK=128 ITEMS=8", 0},        /* held: nothing to stash */
+    {50257, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 0},   /* one read already */
+    {128256, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=4", 0},      /* 497 KB: too big */
+};
+
+START_TEST(grad_stash_fits) {
+    xent_problem p;
+    xent_problem_init(&p, 4096, stashes[_i].c);
+    p.logits = stashes[_i].dt, p.op = stashes[_i].op;
+    xent_config c;
+    char text[256], why[256] = "";
+    snprintf(text, sizeof text, "%s PASSES=1 CACHE=0 TILE=0%s PERSIST=0 STASH=1", stashes[_i].cfg,
+             strstr(stashes[_i].cfg, "SPLIT") ? "" : " SPLIT=1");
+    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == (stashes[_i].smem > 0), "%s: %s", text, why);
+    if (stashes[_i].smem) {
+        ck_assert_uint_eq(xent_config_smem(&c, &p), stashes[_i].smem);
+        ck_assert_int_eq(xent_config_reads_twice(&c, &p), 0);
+    } else {
+        ck_assert_msg(strstr(why, "STASH"), "'%s' lacks 'STASH'", why);
+    }
+}
+END_TEST
 
 START_TEST(grad_legality) {
     xent_config c;
@@ -296,6 +335,7 @@ int main(void) {
     tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
+    tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
     tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
