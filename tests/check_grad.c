@@ -162,22 +162,23 @@ typedef struct prob_case {
     float eps, z, cap;
     int64_t vocab, offset;
     int shards;
-    int evict; /* the heuristic's EVICT: fused rows read twice */
+    int evict; /* the heuristic's EVICT: fused fp32 rows read twice */
+    int stash; /* the heuristic's STASH: fused 16-bit rows past a chunk */
 } prob_case;
 
 static const prob_case probs[] = {
-    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
-    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
-    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
-    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1},
-    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0},
-    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0},
-    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0},
-    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0},
-    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0},
+    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0, 0},
+    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0, 0},
+    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void prob_make(const prob_case *k, xent_problem *p) {
@@ -197,6 +198,7 @@ START_TEST(grad_heuristic_fits_and_compiles) {
     xent_config_format(&cfg, text, sizeof text);
     ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
     ck_assert_msg(cfg.evict == probs[_i].evict, "%s: EVICT=%d, want %d", text, cfg.evict, probs[_i].evict);
+    ck_assert_msg(cfg.stash == probs[_i].stash, "%s: STASH=%d, want %d", text, cfg.stash, probs[_i].stash);
     xent_cubin bin;
     char err[4096];
     int rc = xent_kernel_get(&cfg, &p, 90, &bin, err, sizeof err);
@@ -244,21 +246,23 @@ static const struct {
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 STASH=1", 0, "STASH"},
 };
 
-/* STASH fits fused rows longer than a chunk whose remainder fits a block's
- * shared memory, and sizes the launch's dynamic shared memory to it. */
+/* STASH fits fused rows whose part past the first chunk fits a block's
+ * shared memory (a held row stashes nothing), and sizes the launch's dynamic
+ * shared memory to it. */
 static const struct {
     int64_t c;
     xent_dtype dt;
     xent_op op;
     const char *cfg;
-    size_t smem; /* 0: refused */
+    int fits;
+    size_t smem;
 } stashes[] = {
-    {50257, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", (12564 - 8192) * 16},
-    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=512 BLOCK=512 ITEMS=16", (16032 - 8192) * 16},
-    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2", (8016 - 4096) * 16},
-    {4096, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=128 BLOCK=128 ITEMS=8", 0},        /* held: nothing to stash */
-    {50257, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 0},   /* one read already */
-    {128256, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=4", 0},      /* 497 KB: too big */
+    {50257, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 1, (12564 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=512 BLOCK=512 ITEMS=16", 1, (16032 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2", 1, (8016 - 4096) * 16},
+    {4096, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=128 BLOCK=128 ITEMS=8", 1, 0},
+    {50257, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 0, 0}, /* one read already */
+    {128256, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=4", 0, 0},    /* 497 KB: too big */
 };
 
 START_TEST(grad_stash_fits) {
@@ -270,8 +274,8 @@ START_TEST(grad_stash_fits) {
     snprintf(text, sizeof text, "%s PASSES=1 CACHE=0 TILE=0%s PERSIST=0 STASH=1", stashes[_i].cfg,
              strstr(stashes[_i].cfg, "SPLIT") ? "" : " SPLIT=1");
     ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
-    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == (stashes[_i].smem > 0), "%s: %s", text, why);
-    if (stashes[_i].smem) {
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == stashes[_i].fits, "%s: %s", text, why);
+    if (stashes[_i].fits) {
         ck_assert_uint_eq(xent_config_smem(&c, &p), stashes[_i].smem);
         ck_assert_int_eq(xent_config_reads_twice(&c, &p), 0);
     } else {
