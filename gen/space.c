@@ -41,6 +41,9 @@ const xent_knob xent_knobs[] = {
      "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
     {"EVICT", "1: L2 priorities for rows read twice: the first read evict-last, the second and the gradient's "
      "stores evict-first", KNOB_RENDER, 2, {0, 1}, KNOB(evict), 1, KNOB_GRAD},
+    {"STASH", "1: (fused rows longer than a chunk) the chunks after the first wait in shared memory for "
+     "the gradient instead of being read again (TPR == BLOCK, no PREFETCH)", KNOB_RENDER, 2, {0, 1},
+     KNOB(stash), 1, KNOB_GRAD},
 };
 /* clang-format on */
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
@@ -48,6 +51,10 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 #define REGS_PER_SM 65536
 /* Dynamic shared memory available without opting in. */
 #define MAX_TILE_BYTES (48 * 1024)
+/* Dynamic shared memory a block may opt in to on sm_90 (227 KB), less room
+ * for the template's own (under 1 KB). A GPU with less refuses the launch,
+ * and the tuner records the failure. */
+#define MAX_STASH_BYTES (226 * 1024)
 /* Split rows keep per-row arrivals, partials and results in the workspace
  * (xent_launch_shape): beyond this many rows x segments it grows large.
  * Unsplit rows keep nothing per row, so no row count is refused for them. */
@@ -92,13 +99,21 @@ static int refuse(char *why, size_t len, const char *reason) {
 
 /* The largest cluster the hardware guarantees without opting in. */
 #define MAX_GRAD_SPLIT 8
-/* Bytes of a chunk a thread of the grad family may hold in registers (64
- * words: 128 16-bit logits in 124 registers, 4 warps a multiprocessor's
- * quarter, unspilled). */
+/* Bytes of a chunk a thread of the grad family may hold in registers: 64
+ * words, which a thread holding 128 16-bit logits keeps in 124 registers
+ * without spilling. */
 #define GRAD_CHUNK_BYTES 256
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
+
+/* STASH: a block's slice of the row (at most c / VEC vectors, whatever the
+ * row's alignment, over SPLIT blocks) past its first chunk. */
+static size_t grad_stash_bytes(const xent_config *cfg, const xent_problem *p) {
+    long long vecs = p->c / cfg->vec, slice = (vecs + cfg->split - 1) / cfg->split;
+    long long past = slice - (long long)cfg->tpr * cfg->items;
+    return past > 0 ? (size_t)past * (size_t)(cfg->vec * xent_dtype_size(p->logits)) : 0;
+}
 
 /* A knob a family does not use must be at its first value. */
 static int family_knobs_only(const xent_config *cfg, int family, const char *name, char *why, size_t len) {
@@ -125,6 +140,8 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers (256 bytes)");
     if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
         return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
+    if (cfg->stash && (cfg->prefetch || cfg->tpr != cfg->block))
+        return refuse(why, len, "STASH takes PREFETCH=0 and TPR == BLOCK");
     return 1;
 }
 
@@ -280,6 +297,7 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     long most = 512L * (GRAD_CHUNK_BYTES / xent_dtype_size(p->logits)) * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
+    if (c->stash && grad_stash_bytes(c, p) == 0) return 0; /* the same kernel as STASH=0 */
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
         return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
     /* long rows: also one block a row, read twice (the second read from L2) */
@@ -404,10 +422,11 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
     return XENT_OK;
 }
 
-/* The template's shared memory. TILE (tile_region): a region
+/* The template's shared memory. STASH (grad_stash_bytes). TILE (tile_region): a region
  * per warp of 32 rows plus VEC elements of room for the misalignment of the
  * rows' span, each region rounded up to start 16-byte aligned. */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
+    if (cfg->stash) return grad_stash_bytes(cfg, p);
     if (!cfg->tile) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
@@ -415,8 +434,14 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
 }
 
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD)
-        return xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len);
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
+        if (!xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len)) return 0;
+        /* a held row stashes nothing: a nearest entry's STASH=1 still fits it */
+        if (cfg->stash && p->op != XENT_OP_FUSED) return refuse(why, len, "STASH is the fused kernel's");
+        if (cfg->stash && grad_stash_bytes(cfg, p) > MAX_STASH_BYTES)
+            return refuse(why, len, "STASH: the row past its first chunk exceeds the shared memory of a block");
+        return 1;
+    }
     if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     /* the stride test first: it keeps xent_config_smem from overflowing */
@@ -441,7 +466,9 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
  * of 128 logits a lane (150 us, against 170 for 128 threads of 32), fp32
  * there 32 a lane (285 us, 291 at 64); read twice, 16384x50257 fp32 and
  * 8192x128256 bf16 at 256 bytes a lane, 1.09x and 1.22x faster than 128
- * and 64. */
+ * and 64; read twice, the 16-bit rows' chunks past the first wait in shared
+ * memory (STASH: 8192x128256 bf16 1111 us against 1135 with EVICT, 8192x50257
+ * 465 against 468), fp32's not (16384x50257: 1791 against 1780). */
 static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
@@ -462,6 +489,9 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     const long most = (bwd ? GRAD_CHUNK_BYTES / 2 : GRAD_CHUNK_BYTES) / (cfg->vec * xent_dtype_size(p->logits));
     const long items = pow2_ceil((p->c + (long)cfg->tpr * cfg->vec - 1) / ((long)cfg->tpr * cfg->vec));
     cfg->items = (int)(items < most ? items : most); /* the fewest that hold the row */
+    /* 16-bit rows past a chunk keep the rest in shared memory where it fits */
+    cfg->stash = p->logits != XENT_F32 && xent_config_reads_twice(cfg, p);
+    if (cfg->stash && !xent_config_fits(cfg, p, NULL, 0)) cfg->stash = 0;
     cfg->evict = xent_config_reads_twice(cfg, p);
 }
 
@@ -469,7 +499,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
  * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
  * backward's one read were slower with it). */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p) {
-    return p->op == XENT_OP_FUSED && (long long)cfg->tpr * cfg->items * cfg->vec * cfg->split < p->c;
+    return p->op == XENT_OP_FUSED && !cfg->stash && (long long)cfg->tpr * cfg->items * cfg->vec * cfg->split < p->c;
 }
 
 /* The rule the table falls back to where its cell does not fit the problem

@@ -37,6 +37,7 @@ typedef struct xent_config {
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (16-bit logits) */
     int evict;    /* xent_grad: 1 rows read twice stay in L2 for the second read, which evicts them */
+    int stash;    /* xent_grad: 1 a fused row's chunks after the first wait in shared memory */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

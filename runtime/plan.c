@@ -63,7 +63,7 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         *grid = (unsigned)min_ll(p->n, sms * AUX_BLOCKS_PER_SM);
     else {
         int per_sm = 0;
-        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, 0);
+        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
         long long teams = cfg->block / cfg->tpr;
         long long groups = (p->n + teams - 1) / teams;
@@ -127,7 +127,7 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
         plan->denom_grid = (unsigned)min_ll(g > 0 ? g : 1, GRAD_DENOM_BLOCKS);
     }
     /* Past 48 KB with the static shared memory, a block's dynamic shared
-     * memory (TILE's rows) must be opted in to, or the launch fails. */
+     * memory (TILE's rows, STASH's chunks) must be opted in to, or the launch fails. */
     if (plan->smem > 0) {
         r = ctx->drv->FuncSetAttribute(plan->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)plan->smem);
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", r);

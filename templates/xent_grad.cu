@@ -10,7 +10,8 @@
  * exchange their partial sums through distributed shared memory. When a
  * block's slice fits one chunk (TPR * ITEMS vectors) the row stays in
  * registers between the sums and the gradient: one read, one write. Longer
- * slices are summed chunk by chunk and read again for the gradient (from L2
+ * slices are summed chunk by chunk, last to first, and the gradient pass
+ * reads again all but the first chunk, which is still in registers (from L2
  * when the rows in flight fit it).
  *
  * Row loss (y the logits after soft-capping, lse = log sum exp y, C the whole
@@ -38,6 +39,10 @@
  *               loaded evict-last and the second evict-first, and the
  *               gradient's stores evict first, so that what the second read
  *               needs stays in L2
+ *   XENT_STASH  1: (fused, TPR == BLOCK, no PREFETCH) a row's chunks after
+ *               the first wait in dynamic shared memory for the gradient,
+ *               each thread reading back only what it wrote (no barrier),
+ *               instead of being read again from L2 or memory
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -77,6 +82,9 @@
 #endif
 #ifndef XENT_EVICT
 #define XENT_EVICT 0
+#endif
+#ifndef XENT_STASH
+#define XENT_STASH 0
 #endif
 #include "shared/problem.cuh"
 #ifndef XENT_ZLOSS
@@ -118,6 +126,9 @@
 #define ROW_PASS (XENT_MODE != 2)
 
 #include "shared/checks.cuh"
+#if XENT_STASH && (XENT_PREFETCH || XENT_TPR != XENT_BLOCK || XENT_MODE != 1)
+#error "STASH takes the fused kernel, PREFETCH=0 and TPR == BLOCK"
+#endif
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
 #endif
@@ -422,8 +433,8 @@ struct chunk {
 };
 
 /* Byte offset of a lane's first vector of the chunk at vb within its row.
- * Item i lies ITEM_BYTES * i further on, a constant the load and store
- * instructions carry, so that a held chunk costs no address registers. */
+ * Item i lies ITEM_BYTES * i further on: a constant, which the load and
+ * store instructions carry as their immediate offset. */
 #define ITEM_BYTES (XENT_TPR * VBYTES)
 __device__ __forceinline__ size_t lane_offset(const slice &l, int vb, int lane) {
     return (size_t)l.head * ESIZE + (size_t)(vb + lane) * VBYTES;
@@ -432,17 +443,18 @@ __device__ __forceinline__ size_t lane_offset(const slice &l, int vb, int lane) 
  * one count, not a predicate an item. */
 __device__ __forceinline__ int lane_items(const slice &l, int vb, int lane) { return l.v1 - vb - lane; }
 
+__device__ __forceinline__ void fill_missing(unsigned (&r)[VWORDS]) {
+#pragma unroll
+    for (int w = 0; w < VWORDS; w++) r[w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
+}
+
 __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
     const unsigned char *p = l.x + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
-        else {
-#pragma unroll
-            for (int w = 0; w < VWORDS; w++)
-                ch.r[i][w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
-        }
+        else fill_missing(ch.r[i]);
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
@@ -451,15 +463,75 @@ __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, in
     }
 }
 
-/* Whether the fused kernel reads this slice twice: it does not fit a chunk. */
+/* Whether the fused kernel reads this slice twice: it does not fit a chunk,
+ * and the chunks past the first are not stashed. */
 __device__ __forceinline__ bool read_twice(const slice &l) {
-    return XENT_MODE == 1 && l.v1 - l.v0 > XENT_TPR * XENT_ITEMS;
+    return XENT_MODE == 1 && !XENT_STASH && l.v1 - l.v0 > XENT_TPR * XENT_ITEMS;
+}
+
+#if XENT_STASH
+extern __shared__ uint4 stash_mem[];
+/* Where item i of the lane's share of the chunk at vb (past the first) waits. */
+__device__ __forceinline__ unsigned *stash_at(const slice &l, int vb, int lane, int i) {
+    return (unsigned *)stash_mem + (size_t)(vb - l.v0 - XENT_TPR * XENT_ITEMS + lane + i * XENT_TPR) * VWORDS;
+}
+
+__device__ __forceinline__ void stash_store(const chunk &ch, const slice &l, int vb, int lane) {
+    const int rem = lane_items(l, vb, lane);
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        if (i * XENT_TPR >= rem) break;
+        unsigned *s = stash_at(l, vb, lane, i);
+#if VWORDS == 4
+        *(uint4 *)s = make_uint4(ch.r[i][0], ch.r[i][1], ch.r[i][2], ch.r[i][3]);
+#elif VWORDS == 2
+        *(uint2 *)s = make_uint2(ch.r[i][0], ch.r[i][1]);
+#else
+        *s = ch.r[i][0];
+#endif
+    }
+}
+
+__device__ __forceinline__ void stash_load(chunk &ch, const slice &l, int vb, int lane) {
+    const int rem = lane_items(l, vb, lane);
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        if (i * XENT_TPR < rem) {
+            const unsigned *s = stash_at(l, vb, lane, i);
+#if VWORDS == 4
+            const uint4 v = *(const uint4 *)s;
+            ch.r[i][0] = v.x, ch.r[i][1] = v.y, ch.r[i][2] = v.z, ch.r[i][3] = v.w;
+#elif VWORDS == 2
+            const uint2 v = *(const uint2 *)s;
+            ch.r[i][0] = v.x, ch.r[i][1] = v.y;
+#else
+            ch.r[i][0] = *s;
+#endif
+        } else fill_missing(ch.r[i]);
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++) ch.ej[q] = -1, ch.e[q] = neg_inf();
+}
+#endif
+
+/* The chunk a row's first pass starts from. The fused kernel sums a row read
+ * twice from its last chunk down to its first, so that the first (full, with
+ * the edges) is the one still in registers when the gradient pass begins:
+ * only the others are read again. */
+__device__ __forceinline__ int first_vb(const slice &l) {
+    const int chunk_vecs = XENT_TPR * XENT_ITEMS;
+    return ROW_PASS && l.v1 > l.v0 ? l.v0 + (l.v1 - l.v0 - 1) / chunk_vecs * chunk_vecs : l.v0;
+}
+
+/* Pass 1's load of the chunk at vb: evict-last where pass 2 reads it again. */
+__device__ __forceinline__ void load_pass1(chunk &ch, const slice &l, int vb, int lane, bool edges) {
+    load_chunk(ch, l, vb, lane, edges && vb == l.v0, read_twice(l) && vb != l.v0);
 }
 
 /* The first chunk of the team's next row. */
 __device__ __forceinline__ void load_next(chunk &ch, const gargs &k, long long next, int lane, bool edges) {
     const slice l = make_slice(k, next);
-    load_chunk(ch, l, l.v0, lane, edges, read_twice(l));
+    load_pass1(ch, l, first_vb(l), lane, edges);
 }
 
 /* Element j of item i as the softmax sees it; slots past the slice are -inf
@@ -483,29 +555,16 @@ __device__ __forceinline__ float edge_y(const chunk &ch, int q, float cap) {
 __device__ __forceinline__ int vec_class(const slice &l, int v, int j) { return l.head + v * XENT_VEC + j; }
 
 #if ROW_PASS
-#if XENT_LOGIT != 0 && !XENT_SOFTCAP
-/* The larger of two 16-bit pairs, pair by pair (a NaN loses, as in fmaxf). */
-__device__ __forceinline__ unsigned max2(unsigned a, unsigned b) {
-    unsigned d;
-#if XENT_LOGIT == 1
-    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#else
-    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#endif
-    return d;
-}
-#endif
-
 /* The largest logit of a lane's chunk (slots past the slice hold -inf).
  * 16-bit logits take the max of packed pairs and widen the one pair left:
  * widened copies kept for the sums would double a held chunk's registers. */
 __device__ __forceinline__ float chunk_max(const chunk &ch, int rem, float cap) {
-#if XENT_LOGIT != 0 && !XENT_SOFTCAP
+#if XENT_LOGIT != 0 && !XENT_SOFTCAP && __CUDA_ARCH__ >= 800
     unsigned w = ch.r[0][0];
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++)
 #pragma unroll
-        for (int q = 0; q < VWORDS; q++) w = max2(w, ch.r[i][q]);
+        for (int q = 0; q < VWORDS; q++) w = max_pair(w, ch.r[i][q]);
     unsigned pair[VWORDS] = {w};
     return fmaxf(elem(pair, 0), elem(pair, 1));
 #else
@@ -800,7 +859,6 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     const long long t = (long long)k.targets[row];
     const bool bad = target_bad(t, k);
     const int chunk_vecs = XENT_TPR * XENT_ITEMS;
-    const bool held = l.v1 - l.v0 <= chunk_vecs;
     /* the target's logit, loaded first: its latency hides under the row's,
      * and an in-place gradient has not overwritten it yet */
     const long long tc = t - k.c0;
@@ -814,18 +872,21 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if ROW_PASS
     acc a;
     acc_init(a);
-    for (int vb = l.v0;; vb += chunk_vecs) {
-        const bool more = vb + chunk_vecs < l.v1;
+    for (int vb = first_vb(l);; vb -= chunk_vecs) {
+        const bool more = vb > l.v0;
 #if XENT_PREFETCH
-        if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false, read_twice(l));
-        else if (GRAD && !held) load_chunk(nx, l, l.v0, lane, edges, false);
+        if (more) load_pass1(nx, l, vb - chunk_vecs, lane, edges);
+        else if (GRAD && read_twice(l)) load_chunk(nx, l, l.v0 + chunk_vecs, lane, false, false);
         else if (next >= 0) load_next(nx, k, next, lane, edges);
         chunk_sums(a, cur, l, vb, lane, k);
         if (!more) break;
         cur = nx;
 #else
-        load_chunk(cur, l, vb, lane, edges && vb == l.v0, read_twice(l));
+        load_pass1(cur, l, vb, lane, edges);
         chunk_sums(a, cur, l, vb, lane, k);
+#if XENT_STASH
+        if (more) stash_store(cur, l, vb, lane);
+#endif
         if (!more) break;
 #endif
     }
@@ -841,28 +902,26 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #endif
 #if GRAD
     const rowg r = row_grad_terms(k, row, t, lse, bad, xt);
-    if (ROW_PASS && held) {
-        store_chunk_grad(cur, l, l.v0, lane, r, k, active);
+    /* the fused kernel's first chunk is still in registers; the others (and
+     * all of the backward's) are read here */
+    for (int vb = l.v0;; vb += chunk_vecs) {
+        const bool more = vb + chunk_vecs < l.v1;
 #if XENT_PREFETCH
-        cur = nx;
-#endif
-    } else {
-#if XENT_PREFETCH && ROW_PASS
-        cur = nx; /* pass 2's first chunk */
-#endif
-        for (int vb = l.v0;; vb += chunk_vecs) {
-            const bool more = vb + chunk_vecs < l.v1;
-#if XENT_PREFETCH
+        if (vb != l.v0 || !ROW_PASS) { /* pass 1 left the fused kernel's next chunk in nx */
             if (more) load_chunk(nx, l, vb + chunk_vecs, lane, false, false);
             else if (next >= 0) load_next(nx, k, next, lane, edges);
-            store_chunk_grad(cur, l, vb, lane, r, k, active);
-            cur = nx;
-#else
-            load_chunk(cur, l, vb, lane, edges && vb == l.v0, false);
-            store_chunk_grad(cur, l, vb, lane, r, k, active);
-#endif
-            if (!more) break;
         }
+        store_chunk_grad(cur, l, vb, lane, r, k, active);
+        cur = nx;
+#else
+#if XENT_STASH
+        if (vb != l.v0) stash_load(cur, l, vb, lane);
+#else
+        if (vb != l.v0 || !ROW_PASS) load_chunk(cur, l, vb, lane, edges && vb == l.v0, false);
+#endif
+        store_chunk_grad(cur, l, vb, lane, r, k, active);
+#endif
+        if (!more) break;
     }
     team_barrier();
     if (active && has_t && slice_holds(l, r.t)) store_scalar(l.g, r.t, grad_at_target(r, k));
@@ -886,7 +945,7 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
 #if XENT_PREFETCH
     if (first < groups) {
         const slice l0 = make_slice(k, min(first * TEAMS + team, k.n - 1));
-        load_chunk(cur, l0, l0.v0, lane, cluster_rank() == 0, read_twice(l0));
+        load_pass1(cur, l0, first_vb(l0), lane, cluster_rank() == 0);
     }
 #endif
     for (long long g = first; g < groups; g += step, parity ^= 1) {

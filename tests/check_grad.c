@@ -162,22 +162,23 @@ typedef struct prob_case {
     float eps, z, cap;
     int64_t vocab, offset;
     int shards;
-    int evict; /* the heuristic's EVICT: fused rows read twice */
+    int evict; /* the heuristic's EVICT: fused fp32 rows read twice */
+    int stash; /* the heuristic's STASH: fused 16-bit rows past a chunk */
 } prob_case;
 
 static const prob_case probs[] = {
-    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
-    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
-    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1},
-    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1},
-    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0},
-    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0},
-    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0},
-    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0},
-    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0},
+    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0, 0},
+    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0, 0},
+    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void prob_make(const prob_case *k, xent_problem *p) {
@@ -197,6 +198,7 @@ START_TEST(grad_heuristic_fits_and_compiles) {
     xent_config_format(&cfg, text, sizeof text);
     ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
     ck_assert_msg(cfg.evict == probs[_i].evict, "%s: EVICT=%d, want %d", text, cfg.evict, probs[_i].evict);
+    ck_assert_msg(cfg.stash == probs[_i].stash, "%s: STASH=%d, want %d", text, cfg.stash, probs[_i].stash);
     xent_cubin bin;
     char err[4096];
     int rc = xent_kernel_get(&cfg, &p, 90, &bin, err, sizeof err);
@@ -239,7 +241,48 @@ static const struct {
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, ""},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, "registers"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0, "PERSIST"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 1, ""},
+    {"VEC=4 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 0, "STASH"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 STASH=1", 0, "STASH"},
 };
+
+/* STASH fits fused rows whose part past the first chunk fits a block's
+ * shared memory (a held row stashes nothing), and sizes the launch's dynamic
+ * shared memory to it. */
+static const struct {
+    int64_t c;
+    xent_dtype dt;
+    xent_op op;
+    const char *cfg;
+    int fits;
+    size_t smem;
+} stashes[] = {
+    {50257, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 1, (12564 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=512 BLOCK=512 ITEMS=16", 1, (16032 - 8192) * 16},
+    {128256, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2", 1, (8016 - 4096) * 16},
+    {4096, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=128 BLOCK=128 ITEMS=8", 1, 0},
+    {50257, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=512 BLOCK=512 ITEMS=16", 0, 0}, /* one read already */
+    {128256, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=4", 0, 0},    /* 497 KB: too big */
+};
+
+START_TEST(grad_stash_fits) {
+    xent_problem p;
+    xent_problem_init(&p, 4096, stashes[_i].c);
+    p.logits = stashes[_i].dt, p.op = stashes[_i].op;
+    xent_config c;
+    char text[256], why[256] = "";
+    snprintf(text, sizeof text, "%s PASSES=1 CACHE=0 TILE=0%s PERSIST=0 STASH=1", stashes[_i].cfg,
+             strstr(stashes[_i].cfg, "SPLIT") ? "" : " SPLIT=1");
+    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == stashes[_i].fits, "%s: %s", text, why);
+    if (stashes[_i].fits) {
+        ck_assert_uint_eq(xent_config_smem(&c, &p), stashes[_i].smem);
+        ck_assert_int_eq(xent_config_reads_twice(&c, &p), 0);
+    } else {
+        ck_assert_msg(strstr(why, "STASH"), "'%s' lacks 'STASH'", why);
+    }
+}
+END_TEST
 
 START_TEST(grad_legality) {
     xent_config c;
@@ -296,6 +339,7 @@ int main(void) {
     tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
+    tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
     tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);

@@ -47,19 +47,6 @@ __device__ __forceinline__ void load_chunk(const row_layout &l, int vb, int v1, 
     }
 }
 
-#if XENT_LOGIT != 0 && __CUDA_ARCH__ >= 800
-/* The max of two packed pairs, pair by pair, as fmaxf treats NaN (dropped). */
-__device__ __forceinline__ unsigned max_pair(unsigned a, unsigned b) {
-    unsigned d;
-#if XENT_LOGIT == 1
-    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#else
-    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-#endif
-    return d;
-}
-#endif
-
 __device__ __forceinline__ float chunk_max(const unsigned (&r)[XENT_ITEMS][VWORDS]) {
 #if XENT_LOGIT == 0 || __CUDA_ARCH__ < 800 /* max.f16x2 and max.bf16x2 came with sm_80 */
     float m = neg_inf();

@@ -85,6 +85,7 @@ static const gcase cases[] = {
 /* PREFETCH: more rows than the grid, so that teams carry the next row's
  * chunk across rows (in place, loop mode, unaligned edges, clusters) */
 #define PF " PASSES=1 CACHE=0 TILE=0 PERSIST=0 PREFETCH=1"
+#define ST " PASSES=1 CACHE=0 TILE=0 PERSIST=0 STASH=1"
     {"prefetch held in place", 3000, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0,
      "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" PF},
     {"prefetch loop bf16 in place", 3000, 20000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 1, 0, 0,
@@ -94,6 +95,12 @@ static const gcase cases[] = {
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1" PF},
     {"prefetch cluster 4", 2000, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
      "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=4" PF},
+    {"stash f32 in place offset", 300, 50257, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 1,
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" ST},
+    {"stash bf16 cluster smooth", 64, 128256, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=8 TPR=256 BLOCK=256 ITEMS=8 SPLIT=2 EVICT=1" ST},
+    {"stash f16 weights softcap", 100, 30000, 0, XENT_F16, XENT_I32, XENT_REDUCE_NONE, 1, 0, 0, 30.0f, FUSED, 0, 0,
+     0.5f, 0, "VEC=8 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" ST},
     {"prefetch backward", 2500, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.5f, 0,
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" PF},
     {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
