@@ -103,17 +103,31 @@ __device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], i
 #endif
 
 /* The sum of a loaded chunk's terms; the -inf the missing vectors read as add 0. */
+/* With smoothing, the side sums of the valid items too, in the same pass: each
+ * element is widened once and used at once, so a 16-bit chunk is never held
+ * widened (a separate side loop kept the widened chunk live and spilled). */
 template <bool FFMA>
-__device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS], const shift &h) {
+__device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS], const shift &h, acc &a,
+                                         int valid, int j_lane, const float *__restrict__ w) {
     float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
 #pragma unroll
     for (int k = 0; k < ITEMS_LIVE; k++)
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) {
             const int i = k * XENT_VEC + e;
-            const float x = shifted_term<FFMA>(elem(r[k], e), h, XENT_POLY && i % POLY_EVERY == POLY_EVERY - 1);
+            const float v = elem(r[k], e);
+            const float x = shifted_term<FFMA>(v, h, XENT_POLY && i % POLY_EVERY == POLY_EVERY - 1);
             s[i & 1] = i < 2 ? x : s[i & 1] + x;
+#if XENT_SMOOTHING
+            if (k * XENT_TPR < valid) acc_side(a, v, j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
+#endif
         }
+#if !XENT_SMOOTHING
+    (void)a;
+    (void)valid;
+    (void)j_lane;
+    (void)w;
+#endif
     return s[0] + s[1];
 }
 
@@ -150,19 +164,7 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
     (void)valid;
 #endif
     const shift h = make_shift(ml);
-    const float sum = h.ffma ? exp_sum<true>(r, h) * h.fix : exp_sum<false>(r, h);
-#if XENT_SMOOTHING
-#pragma unroll
-    for (int k = 0; k < ITEMS_LIVE; k++)
-        if (k * XENT_TPR < valid) {
-#pragma unroll
-            for (int e = 0; e < XENT_VEC; e++)
-                acc_side(a, elem(r[k], e), j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
-        }
-#else
-    (void)w;
-#endif
-    return sum;
+    return h.ffma ? exp_sum<true>(r, h, a, valid, j_lane, w) * h.fix : exp_sum<false>(r, h, a, valid, j_lane, w);
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */

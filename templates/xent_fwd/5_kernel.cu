@@ -206,25 +206,26 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #else
 #define SHORT_ROWS 0
 #endif
-#if XENT_LOGIT == 0 || XENT_SMOOTHING || SHORT_ROWS
+#if XENT_LOGIT == 0 || SHORT_ROWS
 #define CHUNK_REGS (XENT_ITEMS * XENT_VEC + 32)
 #else
 /* 16-bit chunks stay packed through the max (chunk_max): a bf16 chunk of 64
- * logits fit 72 registers without spilling where it took 96 widened. Not
- * with smoothing, whose side sums widen the chunk again (a bf16 chunk of 64
- * with weights spilled 16 bytes at 128). */
+ * logits fit 72 registers without spilling where it took 96 widened. With
+ * smoothing too, since exp_sum adds the side sums as it widens each element;
+ * 16 registers more for them (at 8 more, weighted two-pass chunks of 64
+ * spilled 8 bytes). */
 #define CHUNK_REGS (XENT_ITEMS * VWORDS + 40)
 #endif
 #if SHORT_ROWS
 #define REGS_FLOOR 48
-#elif XENT_LOGIT == 0 || XENT_SMOOTHING
+#elif XENT_LOGIT == 0
 #define REGS_FLOOR 80
 #else
 #define REGS_FLOOR 72
 #endif
 #define REGS_CHUNK CHUNK_REGS
 #define REGS_WANTED                                                                                  \
-    ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + 32 * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
+    ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + (XENT_LOGIT ? 16 : 32) * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
      16 * XENT_DYNAMIC)
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
