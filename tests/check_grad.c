@@ -294,8 +294,9 @@ START_TEST(grad_legality) {
 END_TEST
 
 /* The heuristic's team and chunk: fused 16-bit rows held 128 logits a lane
- * by teams of at least a warp, fp32 32 a lane by teams of at least 64; rows
- * past 512 threads read twice in 256-byte chunks; the backward 32 a lane. */
+ * by teams of at least a warp (256 threads and a stash where two blocks fit
+ * an SM), fp32 32 a lane by teams of at least 64; rows past 512 threads read
+ * twice in 256-byte chunks; the backward 32 a lane. */
 static const struct {
     int64_t c;
     xent_dtype dt;
@@ -307,6 +308,7 @@ static const struct {
     {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4},         {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4},
     {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16},    {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16},
     {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16},     {50257, XENT_F32, XENT_OP_BACKWARD, 512, 512, 8},
+    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16},
     {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8},
 };
 

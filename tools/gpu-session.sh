@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py gradprofile random threads sanitize faults vocabpar
+#   grad gradtune py gradprofile random threads sanitize faults vocabpar ship
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -130,6 +130,31 @@ for s in "$@"; do
                 run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op --budget "${GRAD_BUDGET:-20}" -q --top "${TUNE_TOP:-3}"
             done
         done ;;
+    ship)
+        # tunecache/h200.sql from nothing, into a cache of its own (SHIP_DB), with
+        # the budgets docs/cache.md gives each part: the two sweeps, the benchmark
+        # shapes, the training entries; then the export ($OUT/h200.sql) and the
+        # heuristic's table derived from it ($OUT/heuristic-table.c, for the
+        # markers in gen/space.c). About 20 minutes on an H200 by its parts, more than one
+        # call of the device tool: run it where a command has no time limit
+        stage "the shipped cache from nothing"
+        db=${SHIP_DB:-/tmp/xent-ship.db}
+        rm -f "$db"
+        ship() { run $TUNE --gpu h200 --db "$db" -q --top 1 "$@"; }
+        ship --shapes-file tunecache/sweep-shapes.txt --budget 3
+        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --budget 5
+        for sh in $TUNE_SHAPES; do ship --shape "$sh" --budget 8; done
+        ship --shape 1048576x10 --budget 40
+        for sh in $TUNE_BF16_SHAPES; do ship --shape "$sh" --dtype bf16 --budget 40; done
+        for t in 16384x50257:f32:fused:35 8192x128256:bf16:fused:35 8192x50257:bf16:fused:20 \
+                 16384x50257:f32:backward:20 8192x128256:bf16:backward:20 4096x32000:bf16:fused:10 \
+                 32768x4096:f32:fused:10 32768x4096:bf16:fused:10 32768x4096:f32:backward:10 \
+                 32768x4096:bf16:backward:10; do
+            IFS=: read -r sh dt op budget <<< "$t"
+            ship --shape "$sh" --dtype "$dt" --op "$op" --budget "$budget"
+        done
+        run $TUNE export --gpu h200 --db "$db" --output "$OUT/h200.sql"
+        run python3 tools/heuristic-table.py "$OUT/h200.sql" > "$OUT/heuristic-table.c" ;;
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
         # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh)
