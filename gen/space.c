@@ -436,8 +436,8 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
         if (!xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len)) return 0;
-        /* a held row stashes nothing: a nearest entry's STASH=1 still fits it */
         if (cfg->stash && p->op != XENT_OP_FUSED) return refuse(why, len, "STASH is the fused kernel's");
+        /* no lower bound: a held row stashes nothing, so a nearest entry's STASH=1 still fits it */
         if (cfg->stash && grad_stash_bytes(cfg, p) > MAX_STASH_BYTES)
             return refuse(why, len, "STASH: the row past its first chunk exceeds the shared memory of a block");
         return 1;
