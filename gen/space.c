@@ -37,8 +37,9 @@ const xent_knob xent_knobs[] = {
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
-    {"POLY", "4, 8: (16-bit logits) one exponential in that many by a polynomial on the FMA pipe, "
-     "the rest on the MUFU pipe, which 16-bit chunks keep busy", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1, KNOB_FWD},
+    {"POLY", "4, 8: one exponential in that many by a polynomial on the FMA pipe, the rest on the MUFU "
+     "pipe, which 16-bit chunks keep busy (xent_fwd: 16-bit logits only)", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1,
+     KNOB_FWD | KNOB_GRAD},
     {"EVICT", "1: L2 priorities for rows read twice: the first read evict-last, the second and the gradient's "
      "stores evict-first", KNOB_RENDER, 2, {0, 1}, KNOB(evict), 1, KNOB_GRAD},
     {"STASH", "1: (fused rows longer than a chunk) the chunks after the first wait in shared memory for "
@@ -298,6 +299,10 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (c->stash && grad_stash_bytes(c, p) == 0) return 0; /* the same kernel as STASH=0 */
+    /* POLY gains only where a fused fp32 row is held in registers; 16-bit
+     * rows and rows read twice ran slower with it, the backward no faster */
+    if (c->poly && (p->logits != XENT_F32 || p->op != XENT_OP_FUSED || cap < p->c || per_thread < 2 * c->poly))
+        return 0;
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
         return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
     /* long rows: also one block a row, read twice (the second read from L2) */
@@ -502,6 +507,10 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
     }
     cfg->evict = xent_config_reads_twice(cfg, p);
+    /* a held fused fp32 row takes one exponential in eight by the polynomial
+     * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
+     * threads a row); 16-bit and re-read rows were slower with it */
+    cfg->poly = p->logits == XENT_F32 && p->op == XENT_OP_FUSED && !cfg->evict && cfg->items * cfg->vec >= 32 ? 8 : 0;
 }
 
 /* A fused row read twice keeps its first read in L2 for the second (EVICT:

@@ -43,6 +43,9 @@
  *               the first wait in dynamic shared memory for the gradient,
  *               each thread reading back only what it wrote (no barrier),
  *               instead of being read again from L2 or memory
+ *   XENT_POLY   4, 8: one exponential in that many of a chunk's sums and of
+ *               its gradient by a polynomial on the FMA pipe (poly_exp2),
+ *               the rest by MUFU's ex2 (a fused element takes two)
  * Problem defines: XENT_LOGIT 0 fp32, 1 fp16, 2 bf16; XENT_TARGET 0 int32,
  *   1 int64; XENT_REDUCTION 0 none, 1 sum, 2 mean; XENT_WEIGHTS,
  *   XENT_SMOOTHING, XENT_LSE, XENT_ZLOSS, XENT_SOFTCAP, XENT_SHARD 0/1;
@@ -87,6 +90,9 @@
 #define XENT_STASH 0
 #endif
 #include "shared/problem.cuh"
+#ifndef XENT_POLY
+#define XENT_POLY 0
+#endif
 #ifndef XENT_ZLOSS
 #define XENT_ZLOSS 0
 #endif
@@ -157,12 +163,17 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 __device__ __forceinline__ float qnan() { return __int_as_float(0x7fc00000); }
 __device__ __forceinline__ float safe_max(float m) { return m == neg_inf() ? 0.0f : m; }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
+#include "shared/exp2.cuh"
+
+/* Term q of a chunk (a constant once unrolled) on the FMA pipe: one in POLY. */
+#define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
+#define ON_FMA(q) (XENT_POLY && (q) % POLY_EVERY == POLY_EVERY - 1)
+/* 2^x by MUFU or, on_fma, by the polynomial, which flushes below 2^-125 to 0
+ * as ex2.approx.ftz flushes below 2^-126: a gradient of -inf logits is 0. */
+__device__ __forceinline__ float exp2_term(float x, bool on_fma) {
+    if (!on_fma) return fast_exp2(x);
+    return x < -125.0f ? 0.0f : poly_exp2(x);
 }
-__device__ __forceinline__ float exp_shifted(float x, float m) { return fast_exp2((x - m) * LOG2E); }
 
 #if XENT_EVICT
 /* keep: the first read of a row that is read again (evict last); else evict first. */
@@ -593,7 +604,7 @@ __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice 
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j++) {
             float y = y_of(ch, i, j, i * XENT_TPR < rem, k.softcap);
-            a.s += exp_shifted(y, m);
+            a.s += exp2_term((y - m) * LOG2E, ON_FMA(i * XENT_VEC + j));
 #if XENT_SMOOTHING || XENT_SHARD
             if (i * XENT_TPR < rem) {
                 float w = class_weight(k.weights, vec_class(l, v, j));
@@ -633,11 +644,11 @@ struct rowg {
 /* p_j: fp32 gradients subtract first (the FFMA's rounding of lse * log2e
  * is 2^-24 |lse| relative, over fp32's own rounding at |lse| ~ 40); 16-bit
  * ones round far coarser and take the single FFMA. */
-__device__ __forceinline__ float softmax_p(float y, const rowg &r) {
+__device__ __forceinline__ float softmax_p(float y, const rowg &r, bool on_fma) {
 #if XENT_LOGIT == 0
-    return exp_shifted(y, r.lse);
+    return exp2_term((y - r.lse) * LOG2E, on_fma);
 #else
-    return fast_exp2(fmaf(y, LOG2E, -r.lse2));
+    return exp2_term(fmaf(y, LOG2E, -r.lse2), on_fma);
 #endif
 }
 
@@ -650,9 +661,9 @@ __device__ __forceinline__ float cap_slope(float g, float y, const gargs &k) {
     return g;
 }
 
-__device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k) {
+__device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const gargs &k, bool on_fma = false) {
     float y = capped(x, k.softcap);
-    float p = softmax_p(y, r);
+    float p = softmax_p(y, r, on_fma);
 #if XENT_SMOOTHING
     float g = fmaf(r.fa, p, -r.fe * class_weight(k.weights, col));
 #else
@@ -664,7 +675,7 @@ __device__ __forceinline__ float grad_of(float x, int col, const rowg &r, const 
 /* The target's element: the one-hot term too. */
 __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
     float y = capped(r.xt, k.softcap);
-    float p = softmax_p(y, r);
+    float p = softmax_p(y, r, false);
     float g = fmaf(r.fa, p, -r.ft);
 #if XENT_SMOOTHING
     g -= r.fe * class_weight(k.weights, r.t);
@@ -694,12 +705,13 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
         unsigned o[VWORDS];
 #if XENT_LOGIT == 0
 #pragma unroll
-        for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k));
+        for (int j = 0; j < XENT_VEC; j++)
+            o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)));
 #else
 #pragma unroll
         for (int j = 0; j < XENT_VEC; j += 2)
-            o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k),
-                             grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k));
+            o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
+                             grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
 #endif
         store_vec(p + i * ITEM_BYTES, o);
     }

@@ -164,21 +164,22 @@ typedef struct prob_case {
     int shards;
     int evict; /* the heuristic's EVICT: fused fp32 rows read twice */
     int stash; /* the heuristic's STASH: fused 16-bit rows past a chunk */
+    int poly;  /* the candidates offer POLY: fused fp32 rows held in registers (or a cluster's) */
 } prob_case;
 
 static const prob_case probs[] = {
-    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1, 0},
-    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0},
-    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0},
-    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0},
-    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0, 0},
-    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0, 0},
-    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0, 0},
-    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1},
+    {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0, 0},
+    {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0, 0},
+    {4096, 32000, XENT_F16, XENT_OP_FORWARD, 0, 0.1f, 1e-4f, 0, 0, 0, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_FORWARD, 0, 0.1f, 0, 0, 64000, 16000, 0, 0, 0, 0},
+    {4096, 16000, XENT_BF16, XENT_OP_BACKWARD, 0, 0.1f, 1e-4f, 0, 64000, 48000, 0, 0, 0, 0},
+    {4096, 64000, XENT_F32, XENT_OP_COMBINE, 0, 0, 1e-4f, 0, 0, 0, 4, 0, 0, 0},
+    {4096, 64000, XENT_BF16, XENT_OP_RESCALE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 static void prob_make(const prob_case *k, xent_problem *p) {
@@ -215,10 +216,12 @@ START_TEST(grad_candidates_are_legal_and_few) {
     xent_problem p;
     prob_make(&probs[_i], &p);
     if (p.op == XENT_OP_COMBINE || p.op == XENT_OP_RESCALE) return; /* fixed kernels */
-    size_t n = xent_space_enumerate(p.logits, &p, 132, NULL, 0);
+    size_t n = xent_space_enumerate(p.logits, &p, 132, NULL, 0), polys = 0;
     ck_assert_msg(n > 0 && n < 400, "%zu candidates", n);
     xent_config *all = calloc(n, sizeof *all);
     xent_space_enumerate(p.logits, &p, 132, all, n);
+    for (size_t i = 0; i < n; i++) polys += all[i].poly != 0;
+    ck_assert_msg((polys > 0) == probs[_i].poly, "%zu of %zu candidates take POLY", polys, n);
     for (size_t i = 0; i < n; i++) {
         char why[256];
         ck_assert_msg(xent_config_fits(&all[i], &p, why, sizeof why), "%s", why);
@@ -296,20 +299,21 @@ END_TEST
 /* The heuristic's team and chunk: fused 16-bit rows held 128 logits a lane
  * by teams of at least a warp (256 threads and a stash where two blocks fit
  * an SM), fp32 32 a lane by teams of at least 64; rows past 512 threads read
- * twice in 256-byte chunks; the backward 32 a lane. */
+ * twice in 256-byte chunks; the backward 32 a lane. POLY=8 where a fused
+ * fp32 row is held 32 logits a lane or more. */
 static const struct {
     int64_t c;
     xent_dtype dt;
     xent_op op;
-    int tpr, block, items;
+    int tpr, block, items, poly;
 } shapes[] = {
-    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8},       {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16},
-    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16},       {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4},
-    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4},         {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4},
-    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16},    {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16},
-    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16},     {50257, XENT_F32, XENT_OP_BACKWARD, 512, 512, 8},
-    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16},
-    {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8},
+    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8, 8},     {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16, 0},
+    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16, 0},     {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4, 0},
+    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4, 0},       {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4, 0},
+    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0},  {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16, 0},
+    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16, 0},   {50257, XENT_F32, XENT_OP_BACKWARD, 512, 512, 8, 0},
+    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0},  {4096, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0},
+    {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0},
 };
 
 START_TEST(grad_heuristic_shapes) {
@@ -320,9 +324,10 @@ START_TEST(grad_heuristic_shapes) {
     char text[256];
     xent_config_heuristic(&p, 132, &cfg);
     xent_config_format(&cfg, text, sizeof text);
-    ck_assert_msg(cfg.tpr == shapes[_i].tpr && cfg.block == shapes[_i].block && cfg.items == shapes[_i].items,
-                  "c=%lld: %s, want TPR=%d BLOCK=%d ITEMS=%d", (long long)shapes[_i].c, text, shapes[_i].tpr,
-                  shapes[_i].block, shapes[_i].items);
+    ck_assert_msg(cfg.tpr == shapes[_i].tpr && cfg.block == shapes[_i].block && cfg.items == shapes[_i].items &&
+                      cfg.poly == shapes[_i].poly,
+                  "c=%lld: %s, want TPR=%d BLOCK=%d ITEMS=%d POLY=%d", (long long)shapes[_i].c, text, shapes[_i].tpr,
+                  shapes[_i].block, shapes[_i].items, shapes[_i].poly);
 }
 END_TEST
 
