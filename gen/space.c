@@ -513,6 +513,13 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     cfg->poly = p->logits == XENT_F32 && p->op == XENT_OP_FUSED && !cfg->evict && cfg->items * cfg->vec >= 32 ? 8 : 0;
 }
 
+int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
+    if (xent_problem_family(p) != XENT_FAMILY_GRAD) return 1;
+    const int64_t cap = (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split;
+    const int held_there = cap >= c_from, held_here = cap >= p->c;
+    return held_there == held_here && (!held_here || cap < 4 * p->c);
+}
+
 /* A fused row read twice keeps its first read in L2 for the second (EVICT:
  * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
  * backward's one read were slower with it). */

@@ -110,5 +110,12 @@ int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
  * the vectors of a row's segment and its chunk to a lane's share; unchanged
  * where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, const xent_problem *p);
+/* Whether a training-family config tuned for rows of c_from classes suits
+ * p's rows as they are: a row it held in registers is held here too, at least
+ * a quarter of the chunk used, and a row it took chunk by chunk is longer
+ * than a chunk here too. A config of the other kind runs, but far from tuned
+ * (a held 4096-class fp32 config on rows of 50257: 1.58x the copy, the
+ * heuristic 1.16x). Always true for xent_fwd, whose configs fit_rows fits. */
+int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p);
 
 #endif

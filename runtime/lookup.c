@@ -145,8 +145,14 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     int any_kind = xent_problem_family(p) == XENT_FAMILY_FWD;
     tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, any_kind};
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
-        if (a->n != key->n || a->c != key->c || a->options != key->options) xent_config_fit_rows(cfg, p);
-        return a->from;
+        int other = a->n != key->n || a->c != key->c || a->options != key->options;
+        if (!other || xent_config_carries(cfg, a->c, p)) {
+            if (other) xent_config_fit_rows(cfg, p);
+            return a->from;
+        }
+        size_t used = strlen(a->note);
+        snprintf(a->note + used, sizeof a->note - used, "%s%s %lldx%lld: holds rows of other lengths than these",
+                 used ? "; " : "", a->cache, (long long)a->n, (long long)a->c);
     }
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);

@@ -18,6 +18,9 @@
 
 /* The shipped winner of f32 i64 mean 32768x4096, as tunecache/h200.sql has it. */
 #define H200_32768x4096 "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"
+/* and of its fused loss and gradient */
+#define H200_FUSED_32768x4096                                                                                         \
+    "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=0 POLY=8 EVICT=0 STASH=0"
 
 static void make_tmpdir(void) {
     strcpy(tmpdir, "/tmp/check_lookup.XXXXXX");
@@ -118,10 +121,21 @@ static const lookup_case cases[] = {
      "answered by h200 32768x4096 f32 i64 mean", "sum"},
     {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 f32 i64 mean (nearest): stale", "none"},
+    /* a training entry answers rows it holds as it held its own: a held row
+     * near its length, not a row past its chunk, nor one that fills a quarter */
+    {"h200 fused nearest, held", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     H200_FUSED_32768x4096, NULL, "fused"},
+    {"h200 fused, held there, past it here", "h200", 90, 132, 32768, 6000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096: holds rows of other lengths", "fused"},
+    {"h200 fused, held in a quarter", "h200", 90, 132, 32768, 1000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096: holds rows of other lengths", "fused"},
+    {"h200 fused, past a chunk there, held here", "h200", 90, 132, 16384, 30000, 0, NULL, XENT_SOURCE_HEURISTIC, "",
+     NULL, "h200 16384x50257: holds rows of other lengths", "fused"},
 };
 
 /* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",
- * "lse", "strided" (rows 64 elements apart beyond c), space-separated. */
+ * "lse", "strided" (rows 64 elements apart beyond c), "fused" (the training
+ * family's loss and gradient), space-separated. */
 static void apply_kind(xent_problem *p, const char *kind) {
     char words[128];
     snprintf(words, sizeof words, "%s", kind ? kind : "");
@@ -144,6 +158,8 @@ static void apply_kind(xent_problem *p, const char *kind) {
             p->logits = XENT_BF16;
         else if (!strcmp(w, "strided"))
             p->row_stride = p->c + 64;
+        else if (!strcmp(w, "fused"))
+            p->op = XENT_OP_FUSED;
         else
             ck_abort_msg("unknown kind word '%s'", w);
     }
