@@ -123,17 +123,22 @@ def main():
                     times.append(s.elapsed_time(e) * 1e3 / args.iters)
                 rec["us"] = statistics.median(times)
                 # the host's own time a call (Python, autograd, launches): the calls are queued behind a
-                # long GPU sleep, so the host never waits on the GPU while they are issued
-                torch.cuda._sleep(int(5e8))
-                h0 = time.perf_counter()
-                for _ in range(args.iters):
-                    call()
-                rec["host_us"] = (time.perf_counter() - h0) * 1e6 / args.iters
-                torch.cuda.synchronize()
+                # long GPU sleep, so the host never waits on the GPU while they are issued; five rounds,
+                # their median and range, since one round's figure swings with what else the host does
+                host = []
+                for _ in range(5):
+                    torch.cuda._sleep(int(2e8))  # ~0.1 s of GPU time ahead of the calls
+                    h0 = time.perf_counter()
+                    for _ in range(args.iters):
+                        call()
+                    host.append((time.perf_counter() - h0) * 1e6 / args.iters)
+                    torch.cuda.synchronize()
+                rec["host_us"] = statistics.median(host)
+                rec["host_us_range"] = [min(host), max(host)]
                 rec["status"] = "ok"
             except Exception as ex:  # noqa: BLE001
                 rec["status"] = "error: %s: %s" % (type(ex).__name__, str(ex).splitlines()[0][:200] if str(ex) else "")
-            print("%-22s %-13s %s" % (row["shape"], name, ("%.1f us (host %.1f us)" % (rec["us"], rec["host_us"]))
+            print("%-22s %-13s %s" % (row["shape"], name, ("%.1f us (host %.1f us, %.1f-%.1f)" % ((rec["us"], rec["host_us"]) + tuple(rec["host_us_range"])))
                                       if "us" in rec else rec["status"]),
                   flush=True)
         results["shapes"].append(row)

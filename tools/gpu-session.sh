@@ -186,12 +186,17 @@ for s in "$@"; do
         stage "profile the fused training kernel (Nsight Compute)"
         for sh in ${GRADPROFILE_SHAPES:-32768x4096 32768x4096:bf16 16384x50257}; do
             echo "--- $sh" >> "$OUT/gradprofile.txt"
+            # the stall reasons in warps a cycle per issued instruction (what paces the kernel)
+            stalls=$(for r in long_scoreboard barrier math_pipe_throttle wait short_scoreboard mio_throttle \
+                lg_throttle not_selected dispatch_stall no_instruction membar; do
+                printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' "$r"; done)
             run timeout 150 ncu --clock-control none -k 'regex:^xent_grad$' --launch-skip 2 --launch-count 1 \
-                --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-                --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct \
+                --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+                --section LaunchStats \
+                --metrics "${stalls}sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct" \
                 python3 bench/ncu_train.py "$sh" >> "$OUT/gradprofile.txt" 2>&1
         done
-        grep -E "^---|Duration|DRAM Throughput|Memory Throughput|pipe_xu|pipe_fma|issue_active|Achieved Occupancy|Theoretical Occupancy|hit_rate|Registers Per|Stall" "$OUT/gradprofile.txt" ;;
+        grep -E "^---|Duration|DRAM Throughput|Memory Throughput|pipe_xu|pipe_fma|pipe_alu|issue_active|Achieved Occupancy|Theoretical Occupancy|hit_rate|Registers Per|Stall|stalled|Eligible|Issued Warp" "$OUT/gradprofile.txt" ;;
     bench)
         # xent through the shipped cache just exported, not the tuner's user cache
         stage "benchmark"
