@@ -108,6 +108,13 @@ static int refuse(char *why, size_t len, const char *reason) {
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
 
+/* Logits a training config holds of a row at once: its chunk over the team
+ * and the cluster. A row no longer is held in registers between its sums
+ * and its gradient; a longer one is taken chunk by chunk. */
+static int64_t grad_capacity(const xent_config *cfg) {
+    return (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split;
+}
+
 /* STASH: a block's slice of the row (at most c / VEC vectors, whatever the
  * row's alignment, over SPLIT blocks) past its first chunk. */
 static size_t grad_stash_bytes(const xent_config *cfg, const xent_problem *p) {
@@ -294,7 +301,7 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (!xent_config_fits(c, p, NULL, 0)) return 0;
     if (c->vec != widest_vec(p->logits) && (p->c > 256 || c->vec != stride_vec(p))) return 0;
     long per_thread = (long)c->items * c->vec;
-    long cap = (long)c->tpr * per_thread * c->split;
+    long cap = (long)grad_capacity(c);
     long most = 512L * (GRAD_CHUNK_BYTES / xent_dtype_size(p->logits)) * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
@@ -510,12 +517,15 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     /* a held fused fp32 row takes one exponential in eight by the polynomial
      * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
      * threads a row); 16-bit and re-read rows were slower with it */
-    cfg->poly = p->logits == XENT_F32 && p->op == XENT_OP_FUSED && !cfg->evict && cfg->items * cfg->vec >= 32 ? 8 : 0;
+    cfg->poly =
+        p->logits == XENT_F32 && p->op == XENT_OP_FUSED && grad_capacity(cfg) >= p->c && cfg->items * cfg->vec >= 32
+            ? 8
+            : 0;
 }
 
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_GRAD) return 1;
-    const int64_t cap = (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split;
+    const int64_t cap = grad_capacity(cfg);
     const int held_there = cap >= c_from, held_here = cap >= p->c;
     return held_there == held_here && (!held_here || cap < 4 * p->c);
 }
@@ -524,7 +534,7 @@ int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_probl
  * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
  * backward's one read were slower with it). */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p) {
-    return p->op == XENT_OP_FUSED && !cfg->stash && (long long)cfg->tpr * cfg->items * cfg->vec * cfg->split < p->c;
+    return p->op == XENT_OP_FUSED && !cfg->stash && grad_capacity(cfg) < p->c;
 }
 
 /* The rule the table falls back to where its cell does not fit the problem

@@ -122,8 +122,9 @@ typedef struct fit_arg {
     xent_config *cfg;
 } fit_arg;
 
-/* An entry is usable when its text parses into a config that runs p here. */
-static int usable(void *arg, const tc_entry *e, char *why, size_t len) {
+/* An entry is usable when its text parses into a config that runs p here
+ * and, made for rows of another length, suits these (xent_config_carries). */
+static int usable(void *arg, const tc_entry *e, int64_t n, int64_t c, char *why, size_t len) {
     const fit_arg *f = arg;
     char reason[256];
     if (xent_config_parse(e->config, f->cfg, reason, sizeof reason) != XENT_OK) {
@@ -132,6 +133,10 @@ static int usable(void *arg, const tc_entry *e, char *why, size_t len) {
     }
     if (!xent_config_fits(f->cfg, f->p, reason, sizeof reason)) {
         snprintf(why, len, "config does not fit: %s", reason);
+        return 0;
+    }
+    if ((n != f->p->n || c != f->p->c) && !xent_config_carries(f->cfg, c, f->p)) {
+        snprintf(why, len, "holds rows of other lengths than these");
         return 0;
     }
     return 1;
@@ -145,14 +150,8 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     int any_kind = xent_problem_family(p) == XENT_FAMILY_FWD;
     tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, any_kind};
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
-        int other = a->n != key->n || a->c != key->c || a->options != key->options;
-        if (!other || xent_config_carries(cfg, a->c, p)) {
-            if (other) xent_config_fit_rows(cfg, p);
-            return a->from;
-        }
-        size_t used = strlen(a->note);
-        snprintf(a->note + used, sizeof a->note - used, "%s%s %lldx%lld: holds rows of other lengths than these",
-                 used ? "; " : "", a->cache, (long long)a->n, (long long)a->c);
+        if (a->n != key->n || a->c != key->c || a->options != key->options) xent_config_fit_rows(cfg, p);
+        return a->from;
     }
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);

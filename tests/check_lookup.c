@@ -126,11 +126,11 @@ static const lookup_case cases[] = {
     {"h200 fused nearest, held", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
      H200_FUSED_32768x4096, NULL, "fused"},
     {"h200 fused, held there, past it here", "h200", 90, 132, 32768, 6000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096: holds rows of other lengths", "fused"},
+     "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
     {"h200 fused, held in a quarter", "h200", 90, 132, 32768, 1000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096: holds rows of other lengths", "fused"},
+     "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
     {"h200 fused, past a chunk there, held here", "h200", 90, 132, 16384, 30000, 0, NULL, XENT_SOURCE_HEURISTIC, "",
-     NULL, "h200 16384x50257: holds rows of other lengths", "fused"},
+     NULL, "h200 16384x50257 (nearest): holds rows of other lengths", "fused"},
 };
 
 /* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",

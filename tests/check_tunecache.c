@@ -598,7 +598,8 @@ END_TEST
 
 /* Rejects configs that begin with "BAD", as the runtime rejects configs
  * that do not parse or fit; counts the calls. */
-static int accept_good(void *arg, const tc_entry *e, char *why, size_t len) {
+static int accept_good(void *arg, const tc_entry *e, int64_t n, int64_t c, char *why, size_t len) {
+    (void)n, (void)c;
     ++*(int *)arg;
     if (strncmp(e->config, "BAD", 3) != 0) return 1;
     snprintf(why, len, "config does not fit: %s", e->config);

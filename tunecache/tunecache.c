@@ -682,7 +682,7 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
         const cand *c = &cs->v[i];
         if (tried_above(lv, s, key, c)) continue;
         int usable =
-            !tc_stale(key, &c->e, why, sizeof why) && (!s->accept || s->accept(s->arg, &c->e, why, sizeof why));
+            !tc_stale(key, &c->e, why, sizeof why) && (!s->accept || s->accept(s->arg, &c->e, c->k.n, c->k.c, why, sizeof why));
         const char *name = lv->name[c->store];
         if (usable) {
             a->entry = c->e;

@@ -90,9 +90,10 @@ int tc_stale(const tc_key *key, const tc_entry *e, char *why, size_t len);
  * *n_found and *c_found (may be NULL) receive that entry's shape. */
 int tc_nearest(tc_db *db, const tc_key *key, tc_entry *e, int64_t *n_found, int64_t *c_found);
 
-/* Whether an entry found for a key can be used (the runtime parses its
- * config and checks it fits the problem); 0 with the reason in why if not. */
-typedef int (*tc_accept_fn)(void *arg, const tc_entry *e, char *why, size_t len);
+/* Whether an entry found for a key, the entry of shape n x c, can be used
+ * (the runtime parses its config and checks it fits the problem and suits
+ * rows of its length); 0 with the reason in why if not. */
+typedef int (*tc_accept_fn)(void *arg, const tc_entry *e, int64_t n, int64_t c, char *why, size_t len);
 
 /* The stores of a lookup; any may be NULL. */
 typedef struct tc_stores {
