@@ -4,8 +4,10 @@
     python3 bench/host_profile.py [NxC[:bf16]] [--calls 200]
 
 The calls are queued behind a long GPU sleep, so the host never waits for the GPU: what cProfile
-reports is Python, autograd and the launches alone. Prints the host time a call and cProfile's top
-entries by own time.
+reports is Python, autograd and the launches alone. Prints the host time a call of xent, of eager
+PyTorch, and of PyTorch's own floor for such a loss (an autograd.Function that allocates the loss
+and a gradient as xent does, and launches nothing), the device allocations each made (a cudaMalloc
+inside the loop is a host stall), then cProfile's top entries by own time.
 """
 import argparse
 import cProfile
@@ -34,17 +36,41 @@ def main():
         xent.cross_entropy(x, t).backward()
         x.grad = None
 
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp):
+            grad = torch.empty_like(inp)
+            ctx.save_for_backward(grad)
+            return inp.new_empty((), dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, dloss):
+            return ctx.saved_tensors[0]
+
+    def floor():
+        Floor.apply(x).backward()
+        x.grad = None
+
+    def eager():
+        torch.nn.functional.cross_entropy(x, t).backward()
+        x.grad = None
+
     for _ in range(5):
         call()
     torch.cuda.synchronize()
-    for label, fn in (("xent", call), ("torch eager", lambda: torch.nn.functional.cross_entropy(x, t).backward())):
+    for label, fn in (("xent", call), ("autograd floor", floor), ("torch eager", eager)) * 2:
+        fn()
+        torch.cuda.synchronize()
+        mallocs = torch.cuda.memory_stats().get("num_device_alloc", 0)
         torch.cuda._sleep(int(2e9))
         t0 = time.perf_counter()
         for _ in range(args.calls):
             fn()
-        print("%s: %.1f us of host time a call" % (label, (time.perf_counter() - t0) * 1e6 / args.calls))
+        host = (time.perf_counter() - t0) * 1e6 / args.calls
+        mallocs = torch.cuda.memory_stats().get("num_device_alloc", 0) - mallocs
+        print("%s: %.1f us of host time a call, %d device allocations in %d calls" % (label, host, mallocs,
+                                                                                     args.calls))
         torch.cuda.synchronize()
-        x.grad = None
     torch.cuda._sleep(int(2e9))
     prof = cProfile.Profile()
     prof.enable()

@@ -38,6 +38,7 @@ typedef struct xent_config {
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (xent_fwd: 16-bit logits) */
     int evict;    /* xent_grad: 1 rows read twice stay in L2 for the second read, which evicts them */
     int stash;    /* xent_grad: 1 a fused row's chunks after the first wait in shared memory */
+    int flat;     /* xent_grad: 1 the backward of rows back to back as one stream of tiles */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };
@@ -115,7 +116,8 @@ void xent_config_fit_rows(xent_config *cfg, const xent_problem *p);
  * a quarter of the chunk used, and a row it took chunk by chunk is longer
  * than a chunk here too. A config of the other kind runs, but far from tuned
  * (a held 4096-class fp32 config on rows of 50257: 1.58x the copy, the
- * heuristic 1.16x). Always true for xent_fwd, whose configs fit_rows fits. */
+ * heuristic 1.16x). Always true for xent_fwd, whose configs fit_rows fits,
+ * and for FLAT, which holds no row. */
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p);
 
 #endif

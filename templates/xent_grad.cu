@@ -43,6 +43,9 @@
  *               the first wait in dynamic shared memory for the gradient,
  *               each thread reading back only what it wrote (no barrier),
  *               instead of being read again from L2 or memory
+ *   XENT_FLAT   1: (backward, rows back to back) the gradient as one stream
+ *               of n * C elements, a block a tile of BLOCK * ITEMS vectors
+ *               wherever rows start and end (flat_backward)
  *   XENT_POLY   4, 8: one exponential in that many of a chunk's sums and of
  *               its gradient by a polynomial on the FMA pipe (poly_exp2),
  *               the rest by MUFU's ex2 (a fused element takes two)
@@ -88,6 +91,9 @@
 #endif
 #ifndef XENT_STASH
 #define XENT_STASH 0
+#endif
+#ifndef XENT_FLAT
+#define XENT_FLAT 0
 #endif
 #include "shared/problem.cuh"
 #ifndef XENT_POLY
@@ -137,6 +143,9 @@
 #endif
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"
+#endif
+#if XENT_FLAT && (XENT_MODE != 2 || XENT_TPR != XENT_BLOCK || XENT_SPLIT > 1 || XENT_PREFETCH || XENT_EVICT)
+#error "FLAT takes the backward, TPR == BLOCK, SPLIT=1, PREFETCH=0 and EVICT=0"
 #endif
 
 #include "shared/loads.cuh"
@@ -943,11 +952,103 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     return out;
 }
 
+#if XENT_FLAT
+#define FLAT_TILE (XENT_BLOCK * XENT_ITEMS)
+
+/* An element's gradient from its row's terms: the target's takes the
+ * one-hot term too. */
+__device__ __forceinline__ float flat_grad(float x, long long col, const rowg &r, const gargs &k) {
+    if (col != r.t) return grad_of(x, (int)col, r, k);
+    rowg rt = r;
+    rt.xt = x;
+    return grad_at_target(rt, k);
+}
+
+/* Element e of the stream, alone: the stream's edges. */
+__device__ __forceinline__ void flat_scalar(const gargs &k, long long e, long long r0, const rowg *rows) {
+    const long long row = e / k.c;
+    store_scalar(k.grad, e, flat_grad(load_scalar(k.logits, e), e - row * k.c, rows[row - r0], k));
+}
+
+/* The backward of rows back to back as one stream of n C elements, so that
+ * no row start costs scalar edges or a short last chunk: the vectors start at
+ * the first aligned element, block b takes FLAT_TILE of them lane by lane as
+ * a streaming read does, block 0 takes the elements before them and the
+ * last vector's block those after. While a block's loads are in flight, a
+ * thread a row computes the terms of the rows the block covers into shared
+ * memory (space.c's flat_rows bounds them by BLOCK). */
+__device__ __forceinline__ void flat_backward(const gargs &k) {
+    __shared__ rowg rows[XENT_BLOCK];
+    const long long total = k.n * (long long)k.c;
+    const int mis = (int)(((size_t)k.logits % VBYTES) / ESIZE);
+    const long long head = min((long long)(mis ? XENT_VEC - mis : 0), total);
+    const long long nvec = (total - head) / XENT_VEC, tail = head + nvec * XENT_VEC;
+    const long long v0 = (long long)blockIdx.x * FLAT_TILE, last = nvec > 0 ? (nvec - 1) / FLAT_TILE : 0;
+    if ((long long)blockIdx.x > last) return;
+    const unsigned char *x = k.logits + head * ESIZE;
+    unsigned char *g = k.grad + head * ESIZE;
+    unsigned r[XENT_ITEMS][VWORDS];
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        const long long v = v0 + i * XENT_BLOCK + threadIdx.x;
+        if (v < nvec) load_vec(x + v * VBYTES, r[i], false);
+    }
+    const long long lo = blockIdx.x == 0 ? 0 : head + v0 * XENT_VEC;
+    const long long hi = (long long)blockIdx.x == last ? total - 1 : head + min(v0 + FLAT_TILE, nvec) * XENT_VEC - 1;
+    const long long r0 = lo / k.c;
+    if (threadIdx.x < hi / k.c - r0 + 1) {
+        const long long row = r0 + threadIdx.x, t = (long long)k.targets[row];
+        const bool bad = target_bad(t, k);
+        if (bad) atomicOr(k.err, 1);
+        rows[threadIdx.x] = row_grad_terms(k, row, t, k.lse[row], bad, 0.0f);
+    }
+    __syncthreads();
+    if (blockIdx.x == 0 && threadIdx.x < head) flat_scalar(k, threadIdx.x, r0, rows);
+    if ((long long)blockIdx.x == last && threadIdx.x < total - tail) flat_scalar(k, tail + threadIdx.x, r0, rows);
+    /* the row of a vector's first element by a float quotient, off by at most one */
+    const float inv_c = 1.0f / (float)k.c;
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        const long long v = v0 + i * XENT_BLOCK + threadIdx.x;
+        if (v >= nvec) continue;
+        const long long rel = head + v * XENT_VEC - r0 * k.c;
+        int q = (int)((float)rel * inv_c);
+        long long col = rel - (long long)q * k.c;
+        if (col < 0) q--, col += k.c;
+        else if (col >= k.c) q++, col -= k.c;
+        float gv[XENT_VEC];
+        if (col + XENT_VEC <= k.c) {
+#pragma unroll
+            for (int j = 0; j < XENT_VEC; j++) gv[j] = flat_grad(elem(r[i], j), col + j, rows[q], k);
+        } else { /* the vector crosses into the next row */
+#pragma unroll
+            for (int j = 0; j < XENT_VEC; j++) {
+                const bool next = col + j >= k.c;
+                gv[j] = flat_grad(elem(r[i], j), next ? col + j - k.c : col + j, rows[q + next], k);
+            }
+        }
+        unsigned o[VWORDS];
+#if XENT_LOGIT == 0
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(gv[j]);
+#else
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j += 2) o[j / 2] = pack2(gv[j], gv[j + 1]);
+#endif
+        store_vec(g + v * VBYTES, o);
+    }
+}
+#endif
+
 extern "C" __global__ void
 #if XENT_SPLIT > 1
 __cluster_dims__(XENT_SPLIT, 1, 1)
 #endif
 __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
+#if XENT_FLAT
+    flat_backward(k);
+    return;
+#endif
     const int team = threadIdx.x / XENT_TPR, lane = threadIdx.x % XENT_TPR;
     const long long groups = (k.n + TEAMS - 1) / TEAMS;
     const long long first = blockIdx.x / XENT_SPLIT, step = gridDim.x / XENT_SPLIT;

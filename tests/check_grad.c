@@ -247,7 +247,59 @@ static const struct {
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 1, ""},
     {"VEC=4 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 0, "STASH"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 STASH=1", 0, "STASH"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", 1, ""},
+    {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", 0, "FLAT"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1 FLAT=1", 0, "FLAT"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0 FLAT=1", 0, "FLAT"},
 };
+
+/* FLAT fits the backward of rows back to back, of at least VEC classes, so
+ * short that a tile crosses no more rows than the block has threads. */
+static const struct {
+    int64_t c, stride;
+    xent_dtype dt;
+    xent_op op;
+    const char *cfg;
+    const char *why; /* "" where it fits */
+} flats[] = {
+    {50257, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", ""},
+    {50257, 50257, XENT_BF16, XENT_OP_BACKWARD, "VEC=8 TPR=512 BLOCK=512 ITEMS=4", ""},
+    {50257, 50260, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "back to back"},
+    {50257, 0, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "backward"},
+    {6, 0, XENT_BF16, XENT_OP_BACKWARD, "VEC=8 TPR=128 BLOCK=128 ITEMS=4", "VEC classes"},
+    {40, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", ""},  /* 207 rows a tile */
+    {30, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "rows"}, /* 275 */
+};
+/* ... and never more rows than the problem has */
+START_TEST(grad_flat_fits_few_rows) {
+    xent_problem p;
+    xent_problem_init(&p, 5, 9);
+    p.logits = XENT_F16, p.op = XENT_OP_BACKWARD;
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1",
+                                       &c, why, sizeof why),
+                     XENT_OK);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%s", why);
+    p.n = 200;
+    ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
+}
+END_TEST
+
+START_TEST(grad_flat_fits) {
+    xent_problem p;
+    xent_problem_init(&p, 4096, flats[_i].c);
+    p.logits = flats[_i].dt, p.op = flats[_i].op, p.row_stride = flats[_i].stride;
+    xent_config c;
+    char text[256], why[256] = "";
+    snprintf(text, sizeof text, "%s PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", flats[_i].cfg);
+    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == !flats[_i].why[0], "%s: %s", text, why);
+    if (flats[_i].why[0]) ck_assert_msg(strstr(why, flats[_i].why), "'%s' lacks '%s'", why, flats[_i].why);
+    /* a flat config of another shape answers whatever it fits: it holds no row */
+    ck_assert_int_eq(xent_config_carries(&c, 4096, &p), 1);
+}
+END_TEST
 
 /* STASH fits fused rows whose part past the first chunk fits a block's
  * shared memory (a held row stashes nothing), and sizes the launch's dynamic
@@ -299,21 +351,23 @@ END_TEST
 /* The heuristic's team and chunk: fused 16-bit rows held 128 logits a lane
  * by teams of at least a warp (256 threads and a stash where two blocks fit
  * an SM), fp32 32 a lane by teams of at least 64; rows past 512 threads read
- * twice in 256-byte chunks; the backward 32 a lane. POLY=8 where a fused
- * fp32 row is held 32 logits a lane or more. */
+ * twice in 256-byte chunks; the backward 32 a lane, or flat where fp32 rows
+ * start off a 16-byte boundary. POLY=8 where a fused fp32 row is held 32 logits a
+ * lane or more. */
 static const struct {
     int64_t c;
     xent_dtype dt;
     xent_op op;
-    int tpr, block, items, poly;
+    int tpr, block, items, poly, flat;
 } shapes[] = {
-    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8, 8},     {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16, 0},
-    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16, 0},     {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4, 0},
-    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4, 0},       {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4, 0},
-    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0},  {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16, 0},
-    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16, 0},   {50257, XENT_F32, XENT_OP_BACKWARD, 512, 512, 8, 0},
-    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0},  {4096, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0},
-    {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0},
+    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8, 8, 0},     {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16, 0, 0},
+    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16, 0, 0},     {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4, 0, 0},
+    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4, 0, 0},       {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4, 0, 0},
+    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},  {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16, 0, 0},
+    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16, 0, 0},   {50257, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 1},
+    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},  {4096, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 0},
+    {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0, 0}, {50257, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0, 0},
+    {1001, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 1},
 };
 
 START_TEST(grad_heuristic_shapes) {
@@ -325,9 +379,9 @@ START_TEST(grad_heuristic_shapes) {
     xent_config_heuristic(&p, 132, &cfg);
     xent_config_format(&cfg, text, sizeof text);
     ck_assert_msg(cfg.tpr == shapes[_i].tpr && cfg.block == shapes[_i].block && cfg.items == shapes[_i].items &&
-                      cfg.poly == shapes[_i].poly,
-                  "c=%lld: %s, want TPR=%d BLOCK=%d ITEMS=%d POLY=%d", (long long)shapes[_i].c, text, shapes[_i].tpr,
-                  shapes[_i].block, shapes[_i].items, shapes[_i].poly);
+                      cfg.poly == shapes[_i].poly && cfg.flat == shapes[_i].flat,
+                  "c=%lld: %s, want TPR=%d BLOCK=%d ITEMS=%d POLY=%d FLAT=%d", (long long)shapes[_i].c, text,
+                  shapes[_i].tpr, shapes[_i].block, shapes[_i].items, shapes[_i].poly, shapes[_i].flat);
 }
 END_TEST
 
@@ -347,6 +401,8 @@ int main(void) {
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
     tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
+    tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
+    tcase_add_test(tc, grad_flat_fits_few_rows);
     tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);

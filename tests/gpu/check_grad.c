@@ -118,6 +118,18 @@ static const gcase cases[] = {
      0, NULL},
     {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f,
      0, NULL},
+/* FLAT: the stream's edges (an offset start), rows crossing vectors and
+ * tiles, many rows a tile, in place */
+#define FL " SPLIT=1 PASSES=1 CACHE=2 TILE=0 PERSIST=0 FLAT=1"
+    {"flat f32 in place offset", 300, 50257, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 1, 0, 1.5f,
+     1, "VEC=4 TPR=256 BLOCK=256 ITEMS=8" FL},
+    {"flat bf16 short rows none", 1000, 333, 0, XENT_BF16, XENT_I32, XENT_REDUCE_NONE, 1, 0.1f, 0, 20.0f, BACKWARD, 0, 0,
+     0.5f, 3, "VEC=8 TPR=512 BLOCK=512 ITEMS=4" FL},
+    {"flat f16 tiny z", 5, 9, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 0, BACKWARD, 0, 0, 2.0f, 5,
+     "VEC=8 TPR=128 BLOCK=128 ITEMS=4" FL},
+    {"flat f32 smooth many tiles", 2048, 4099, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.2f, 0, 0, BACKWARD, 0, 0,
+     1.0f, 0, "VEC=4 TPR=128 BLOCK=128 ITEMS=4" FL},
+#undef FL
     {"forward z softcap", 100, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
      0, NULL},
     {"rescale mean", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.3f, 0, NULL},
