@@ -114,6 +114,8 @@ static const gcase cases[] = {
      NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0,
      NULL},
+    {"backward f32 odd rows", 64, 1001, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0,
+     NULL},
     {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f,
      0, NULL},
     {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f,
@@ -279,9 +281,10 @@ typedef struct dev {
 static void run_op(const gcase *k, xent_problem p, const dev *d, xent_op op, const float *dl) {
     xent_plan *plan;
     p.op = op;
-    /* a case's config is for its training kernels: a backward's forward of
-     * the xent_fwd family takes the plan's own */
-    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS && xent_problem_family(&p) == XENT_FAMILY_GRAD;
+    /* a case's config is for its training kernels: a backward's forward
+     * (xent_fwd, or xent_grad's with z-loss or soft-capping) takes the plan's own */
+    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS && xent_problem_family(&p) == XENT_FAMILY_GRAD &&
+              (k->kind != BACKWARD || op == XENT_OP_BACKWARD);
     XE(own ? make_plan(k, &p, &plan) : xent_plan_get(G.ctx, &p, &plan));
     size_t off = (size_t)k->offset * esz(k->dt);
     xent_args a = {0};
