@@ -73,7 +73,8 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         long long resident = (long long)(per_sm > 0 ? per_sm : 1) * sms / cfg->split;
         *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * GRAD_ROUNDS) * cfg->split);
     }
-    *workspace = GRAD_PARTS_AT + 16 * (size_t)*grid;
+    /* a flat backward's blocks publish nothing: its grid of tiles would size a workspace of partials for nothing */
+    *workspace = GRAD_PARTS_AT + (cfg->flat ? 0 : 16 * (size_t)*grid);
     return XENT_OK;
 }
 
