@@ -704,7 +704,7 @@ START_TEST(test_config_option) {
     parse_section(lines, n, &at, &s, &r);
     ck_assert_int_eq(s.count, 1);
     ck_assert_str_eq(s.configs[0], "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 "
-                                   "PREFETCH=0 POLY=0 EVICT=0 STASH=0");
+                                   "PREFETCH=0 POLY=0 EVICT=0 STASH=0 FLAT=0");
     free_lines(lines);
     result_free(&r);
 
