@@ -158,17 +158,11 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
     return 1;
 }
 
-/* Whether every row of p starts on a 16-byte boundary (of an aligned tensor). */
-static int rows_aligned(const xent_problem *p) {
-    int64_t stride = p->row_stride ? p->row_stride : p->c;
-    return p->n == 1 || stride * xent_dtype_size(p->logits) % 16 == 0;
-}
-
 /* FLAT: the rows a block's tile may cross, the stream's edge elements
  * included (at most VEC - 1 before the first vector and after the last);
  * their terms sit in shared memory, one entry a thread. */
 static int64_t flat_rows(const xent_config *cfg, const xent_problem *p) {
-    int64_t rows = ((int64_t)cfg->block * cfg->items * cfg->vec + 2 * cfg->vec) / p->c + 2;
+    int64_t rows = (grad_capacity(cfg) + 2 * cfg->vec) / p->c + 2; /* a tile: TPR == BLOCK, SPLIT=1 */
     return rows < p->n ? rows : p->n;
 }
 
@@ -178,7 +172,7 @@ static int flat_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         return refuse(why, len, "FLAT takes rows back to back (row stride == C)");
     if (p->c < cfg->vec) return refuse(why, len, "FLAT takes rows of at least VEC classes");
     if (flat_rows(cfg, p) > cfg->block) return refuse(why, len, "FLAT: a tile crosses more rows than BLOCK");
-    if (p->n > 0x7fffffffLL / p->c * ((int64_t)cfg->block * cfg->items * cfg->vec))
+    if (p->n > 0x7fffffffLL / p->c * grad_capacity(cfg))
         return refuse(why, len, "FLAT: more tiles than a grid holds");
     return 1;
 }
@@ -235,6 +229,9 @@ static int stride_vec(const xent_problem *p) {
     if (v * xent_dtype_size(p->logits) < 4) v = 4 / xent_dtype_size(p->logits);
     return v;
 }
+
+/* Whether every row of p starts on a 16-byte boundary (of an aligned tensor). */
+static int rows_aligned(const xent_problem *p) { return p->n == 1 || stride_vec(p) == widest_vec(p->logits); }
 
 /* Rows of this many bytes or fewer load vectors of their own alignment. */
 #define SHORT_ROW_BYTES 8192

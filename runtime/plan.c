@@ -61,9 +61,9 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         *grid = (unsigned)min_ll((p->n + 255) / 256, sms * AUX_BLOCKS_PER_SM);
     else if (p->op == XENT_OP_RESCALE)
         *grid = (unsigned)min_ll(p->n, sms * AUX_BLOCKS_PER_SM);
-    else if (cfg->flat) { /* a tile a block, one shot: as many blocks as the stream has tiles */
+    else if (cfg->flat) { /* a tile a block, one shot: as many blocks as the stream has tiles (fits bounds them) */
         long long tile = (long long)cfg->block * cfg->items * cfg->vec;
-        *grid = (unsigned)min_ll((p->n * p->c + tile - 1) / tile, 0x7fffffffLL);
+        *grid = (unsigned)((p->n * p->c + tile - 1) / tile);
     } else {
         int per_sm = 0;
         CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
