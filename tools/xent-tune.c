@@ -868,6 +868,14 @@ static int check_gpu(const cli *o, const xent_device_info *info) {
 
 static void config_text(const xent_config *c, char *buf, size_t len) { xent_config_format(c, buf, len); }
 
+/* Why a search ended with no winner, by what became of its candidates. */
+static void no_winner_reason(const xent_tune_result *r, char *why, size_t cap) {
+    int n[TRIAL_PRUNED + 1] = {0};
+    for (int i = 0; i < r->ntrials; i++) n[r->trials[i].status]++;
+    snprintf(why, cap, "no candidate was timed: %d wrong, %d failed to compile, %d failed to launch, %d pruned",
+             n[TRIAL_WRONG], n[TRIAL_COMPILE_ERROR], n[TRIAL_LAUNCH_ERROR], n[TRIAL_PRUNED]);
+}
+
 static void print_table(const cli *o, const xent_problem *p, const xent_device_info *info, const xent_tune_result *r) {
     char what[160], cfg[200];
     describe_problem(p, what, sizeof what);
@@ -991,12 +999,14 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     else
         print_table(o, &p, info, &r);
     int ok = r.best.status == TRIAL_OK;
+    char why[160];
+    no_winner_reason(&r, why, sizeof why);
     xent_tune_result_free(&r);
     if (unstored) {
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, xent_errstr(rc), xent_errmsg(ctx));
         return EXIT_CACHE;
     }
-    if (!ok) fprintf(stderr, "%s: %s: no candidate was correct\n", prog, what);
+    if (!ok) fprintf(stderr, "%s: %s: %s\n", prog, what, why);
     return ok ? 0 : 1;
 }
 

@@ -139,8 +139,9 @@ START_TEST(budget_reports_what_it_left) {
 }
 END_TEST
 
-/* Configs given (xent-tune --config): exactly those are timed, and their
- * fastest never becomes the stored winner. */
+/* Configs given (xent-tune --config): exactly those are timed, each to the
+ * end however slow against the heuristic, and their fastest never becomes
+ * the stored winner. */
 START_TEST(given_configs_are_timed_not_stored) {
     xent_problem p;
     xent_problem_init(&p, 512, 1000);
@@ -159,7 +160,7 @@ START_TEST(given_configs_are_timed_not_stored) {
     tune_into(path, &p, 4, given, 2, &r);
     ck_assert_int_eq(r.candidates, 2);
     ck_assert_int_eq(r.ntrials, 2);
-    ck_assert_int_ge(r.timed, 1); /* one may be dropped as hopeless against the heuristic */
+    ck_assert_int_eq(r.timed, 2);
     ck_assert_int_eq(r.failed, 0);
     ck_assert_int_eq(r.best.status, TRIAL_OK);
     ck_assert(!memcmp(&r.best.config, &given[0], sizeof given[0]) ||
@@ -167,6 +168,30 @@ START_TEST(given_configs_are_timed_not_stored) {
     xent_tune_result_free(&r);
     tc_entry e;
     ck_assert_int_eq(stored_entry(path, &p, &e), XENT_ENOTFOUND);
+    unlink(path);
+}
+END_TEST
+
+/* A row split 128 ways, several rows: far slower than the heuristic's 32
+ * ways, but timed when given, and it passes the reference check. */
+START_TEST(given_slow_split_is_timed_and_correct) {
+    xent_problem p;
+    xent_problem_init(&p, 7, 1000003);
+    p.reduction = XENT_REDUCE_NONE;
+    xent_config given;
+    char why[256];
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=128 PERSIST=0",
+                                       &given, why, sizeof why),
+                     XENT_OK);
+    char path[300];
+    snprintf(path, sizeof path, "%s.split", db_path);
+    unlink(path);
+    xent_tune_result r;
+    tune_into(path, &p, 4, &given, 1, &r);
+    ck_assert_int_eq(r.ntrials, 1);
+    ck_assert_msg(r.trials[0].status == TRIAL_OK, "SPLIT=128: %s", r.trials[0].reason);
+    ck_assert_int_eq(r.timed, 1);
+    xent_tune_result_free(&r);
     unlink(path);
 }
 END_TEST
@@ -246,6 +271,7 @@ int main(void) {
     tcase_add_test(tc, tune_small_shapes);
     tcase_add_test(tc, budget_reports_what_it_left);
     tcase_add_test(tc, given_configs_are_timed_not_stored);
+    tcase_add_test(tc, given_slow_split_is_timed_and_correct);
     tcase_add_test(tc, full_disk_fails_the_tune_and_keeps_the_cache);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
