@@ -48,10 +48,6 @@ const xent_knob xent_knobs[] = {
     {"FLAT", "1: (backward of rows back to back) the n x C gradient as one stream: a block takes a tile of "
      "BLOCK * ITEMS vectors wherever rows start, and the terms of the rows it crosses from shared memory "
      "(TPR == BLOCK)", KNOB_RENDER, 2, {0, 1}, KNOB(flat), 1, KNOB_GRAD},
-    {"RING", "2, 3, 4: (fused rows that fit shared memory) a team's next rows are copied by cp.async.bulk "
-     "into a ring of that many slots while it takes this one, whose gradient is written over its slot and "
-     "stored by cp.async.bulk (16-byte vectors, TPR 32 or BLOCK)", KNOB_RENDER, 4, {0, 2, 3, 4}, KNOB(ring), 1,
-     KNOB_GRAD},
 };
 /* clang-format on */
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
@@ -159,17 +155,7 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "STASH takes PREFETCH=0 and TPR == BLOCK");
     if (cfg->flat && (cfg->tpr != cfg->block || cfg->split > 1 || cfg->prefetch || cfg->stash || cfg->evict || cfg->poly))
         return refuse(why, len, "FLAT takes TPR == BLOCK, SPLIT=1, PREFETCH=0, STASH=0, EVICT=0 and POLY=0");
-    if (cfg->ring && (vbytes != 16 || (cfg->tpr != 32 && cfg->tpr != cfg->block) || cfg->split > 1 ||
-                      cfg->prefetch || cfg->stash || cfg->evict || cfg->flat))
-        return refuse(why, len, "RING takes 16-byte vectors, TPR 32 or BLOCK, SPLIT=1, PREFETCH=0, STASH=0, "
-                                "EVICT=0 and FLAT=0");
     return 1;
-}
-
-/* RING: a slot holds a row's 16-byte vectors; a block has RING slots a team. */
-static size_t ring_bytes(const xent_config *cfg, const xent_problem *p) {
-    size_t slot = ((size_t)p->c * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
-    return (size_t)(cfg->block / cfg->tpr) * (size_t)cfg->ring * slot;
 }
 
 /* FLAT: the rows a block's tile may cross, the stream's edge elements
@@ -345,11 +331,6 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     long cap = (long)grad_capacity(c);
     long most = 512L * (GRAD_CHUNK_BYTES / xent_dtype_size(p->logits)) * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
-    /* a ring: a warp a row (two or four a block) or a block a row, chunks of
-     * at least 4 vectors a thread read from the row's slot */
-    if (c->ring)
-        return (c->tpr == 32 ? c->block <= 128 : c->tpr <= 256) && c->items >= 4 &&
-               !c->cache && !c->poly && cap < 2 * p->c;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (c->stash && grad_stash_bytes(c, p) == 0) return 0; /* the same kernel as STASH=0 */
     /* POLY gains only where a fused fp32 row is held in registers; 16-bit
@@ -489,7 +470,6 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
  * rows' span, each region rounded up to start 16-byte aligned. */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
     if (cfg->stash) return grad_stash_bytes(cfg, p);
-    if (cfg->ring) return ring_bytes(cfg, p);
     if (!cfg->tile) return 0;
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
@@ -503,10 +483,6 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         /* no lower bound: a held row stashes nothing, so a nearest entry's STASH=1 still fits it */
         if (cfg->stash && grad_stash_bytes(cfg, p) > MAX_STASH_BYTES)
             return refuse(why, len, "STASH: the row past its first chunk exceeds the shared memory of a block");
-        if (cfg->ring && p->op != XENT_OP_FUSED) return refuse(why, len, "RING is the fused kernel's");
-        /* the stride test first: it keeps ring_bytes from overflowing */
-        if (cfg->ring && (p->c > MAX_STASH_BYTES || ring_bytes(cfg, p) > MAX_STASH_BYTES))
-            return refuse(why, len, "RING: its slots of this row exceed the shared memory of a block");
         return !cfg->flat || flat_fits(cfg, p, why, len);
     }
     if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
@@ -588,8 +564,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
 }
 
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
-    /* a flat tile holds no row; a ring holds the row in shared memory whatever its length */
-    if (xent_problem_family(p) != XENT_FAMILY_GRAD || cfg->flat || cfg->ring) return 1;
+    if (xent_problem_family(p) != XENT_FAMILY_GRAD || cfg->flat) return 1; /* a flat tile holds no row */
     const int64_t cap = grad_capacity(cfg);
     const int held_there = cap >= c_from, held_here = cap >= p->c;
     return held_there == held_here && (!held_here || cap < 4 * p->c);
@@ -599,7 +574,7 @@ int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_probl
  * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
  * backward's one read were slower with it). */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p) {
-    return p->op == XENT_OP_FUSED && !cfg->stash && !cfg->ring && grad_capacity(cfg) < p->c;
+    return p->op == XENT_OP_FUSED && !cfg->stash && grad_capacity(cfg) < p->c;
 }
 
 /* The rule the table falls back to where its cell does not fit the problem

@@ -39,7 +39,6 @@ typedef struct xent_config {
     int evict;    /* xent_grad: 1 rows read twice stay in L2 for the second read, which evicts them */
     int stash;    /* xent_grad: 1 a fused row's chunks after the first wait in shared memory */
     int flat;     /* xent_grad: 1 the backward of rows back to back as one stream of tiles */
-    int ring;     /* xent_grad: 2-4 fused rows loaded by the copy engine into that many shared-memory slots a team */
 } xent_config;
 
 enum knob_stage { KNOB_RENDER, KNOB_LAUNCH };

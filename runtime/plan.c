@@ -71,9 +71,7 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         long long teams = cfg->block / cfg->tpr;
         long long groups = (p->n + teams - 1) / teams;
         long long resident = (long long)(per_sm > 0 ? per_sm : 1) * sms / cfg->split;
-        /* a ring's teams load their next rows ahead: one round of resident blocks, none waiting to start */
-        long long rounds = cfg->ring ? 1 : GRAD_ROUNDS;
-        *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * rounds) * cfg->split);
+        *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * GRAD_ROUNDS) * cfg->split);
     }
     /* a flat backward's blocks publish nothing: its grid of tiles would size a workspace of partials for nothing */
     *workspace = GRAD_PARTS_AT + (cfg->flat ? 0 : 16 * (size_t)*grid);

@@ -46,13 +46,6 @@
  *   XENT_FLAT   1: (backward, rows back to back) the gradient as one stream
  *               of n * C elements, a block a tile of BLOCK * ITEMS vectors
  *               wherever rows start and end (flat_backward)
- *   XENT_RING   2, 3, 4: (fused, rows that fit shared memory) each team has
- *               that many row slots in dynamic shared memory; its next
- *               rows are copied in by cp.async.bulk (the copy engine of the
- *               SM, no registers and no load instructions) while it takes
- *               this one from its slot, whose gradient it writes over the
- *               slot and stores by cp.async.bulk; a slot is loaded again
- *               once its store has read it. Chunks are read from the slot.
  *   XENT_POLY   4, 8: one exponential in that many of a chunk's sums and of
  *               its gradient by a polynomial on the FMA pipe (poly_exp2),
  *               the rest by MUFU's ex2 (a fused element takes two)
@@ -102,9 +95,6 @@
 #ifndef XENT_FLAT
 #define XENT_FLAT 0
 #endif
-#ifndef XENT_RING
-#define XENT_RING 0
-#endif
 #include "shared/problem.cuh"
 #ifndef XENT_POLY
 #define XENT_POLY 0
@@ -144,9 +134,7 @@
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
 #define HELD_WORDS ((XENT_PREFETCH + 1) * CHUNK_WORDS)
 #define REG_CAP ((ESIZE == 4 ? 48 + 2 * HELD_WORDS : 56 + HELD_WORDS) + 4 * (EDGES - 1))
-/* A ring's blocks per SM are set by its slots' shared memory, not its
- * registers: no register cap. */
-#define MIN_BLOCKS (XENT_RING ? 1 : 65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
+#define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
 #include "shared/checks.cuh"
@@ -158,13 +146,6 @@
 #endif
 #if XENT_FLAT && (XENT_MODE != 2 || XENT_TPR != XENT_BLOCK || XENT_SPLIT > 1 || XENT_PREFETCH || XENT_EVICT)
 #error "FLAT takes the backward, TPR == BLOCK, SPLIT=1, PREFETCH=0 and EVICT=0"
-#endif
-#if XENT_RING && (XENT_MODE != 1 || VBYTES != 16 || (XENT_TPR != 32 && XENT_TPR != XENT_BLOCK) || XENT_SPLIT > 1 || \
-                  XENT_PREFETCH || XENT_STASH || XENT_EVICT || XENT_FLAT)
-#error "RING takes the fused kernel, 16-byte vectors, TPR 32 or BLOCK, SPLIT=1, no PREFETCH, STASH, EVICT or FLAT"
-#endif
-#if XENT_RING && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "RING needs sm_90 (cp.async.bulk and mbarrier transaction counts)"
 #endif
 
 #include "shared/loads.cuh"
@@ -438,9 +419,6 @@ struct slice {
     int nvec;               /* aligned vectors */
     int tail;               /* scalar elements after them */
     int v0, v1;             /* this block's vectors */
-#if XENT_RING
-    unsigned char *slot;    /* the aligned vectors in shared memory */
-#endif
 };
 
 __device__ __forceinline__ slice make_slice(const gargs &k, long long row) {
@@ -490,99 +468,7 @@ __device__ __forceinline__ void fill_missing(unsigned (&r)[VWORDS]) {
     for (int w = 0; w < VWORDS; w++) r[w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
 }
 
-/* A ring's state and the row its previous slot takes next, passed to
- * do_row only when there is a ring. */
-#if XENT_RING
-#define RING_PARAMS , ringstate &rs, long long refill
-#define RING_ARGS , rs, refill
-#else
-#define RING_PARAMS
-#define RING_ARGS
-#endif
-
-/* A team's ring: RING slots of a row's aligned vectors and their mbarriers,
- * and how many rows the team has taken (slot it % RING, phase it / RING). */
-#if XENT_RING
-struct ringstate {
-    unsigned char *slots;
-    unsigned long long *bar;
-    unsigned slot_bytes;
-    int it;
-    long long t; /* the target of the team's next row */
-};
-
-extern __shared__ __align__(128) unsigned char ring_mem[];
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void ring_lds(const unsigned char *p, unsigned (&r)[VWORDS]) {
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ring_sts(unsigned char *p, const unsigned (&r)[VWORDS]) {
-    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};"
-                 :: "r"(smem_addr(p)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
-}
-
-/* Slot s's next row (row < 0: none): its aligned vectors by cp.async.bulk,
- * completing the slot's mbarrier phase when they have all arrived. */
-__device__ __forceinline__ void ring_fill(const ringstate &rs, int s, const gargs &k, long long row) {
-    if (row < 0) return;
-    const slice l = make_slice(k, row);
-    const unsigned bytes = (unsigned)l.nvec * VBYTES, bar = smem_addr(rs.bar + s);
-    if (!bytes) { /* no aligned vector: the phase completes on the arrival alone */
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-        return;
-    }
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(rs.slots + (size_t)s * rs.slot_bytes)), "l"(l.x + (size_t)l.head * ESIZE),
-                 "r"(bytes), "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void ring_wait(const ringstate &rs, int s, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(smem_addr(rs.bar + s)), "r"(parity) : "memory");
-    } while (!done);
-}
-
-/* The team's slots and barriers, and its first RING rows on their way
- * (group g's row of the team; a group past the last loads nothing). */
-__device__ __forceinline__ void ring_start(ringstate &rs, const gargs &k, int team, int lane, long long first,
-                                           long long step, long long groups) {
-    rs.slot_bytes = ((unsigned)k.c * ESIZE + 15u) & ~15u;
-    rs.slots = ring_mem + (size_t)team * XENT_RING * rs.slot_bytes;
-    __shared__ unsigned long long bars[TEAMS * XENT_RING];
-    rs.bar = bars + team * XENT_RING;
-    rs.it = 0;
-    if (lane == 0) {
-        for (int s = 0; s < XENT_RING; s++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(rs.bar + s)) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (lane == 0)
-        for (int s = 0; s < XENT_RING; s++) {
-            long long g = first + s * step;
-            if (g < groups) ring_fill(rs, s, k, min(g * TEAMS + team, k.n - 1));
-        }
-    rs.t = first < groups ? (long long)k.targets[min(first * TEAMS + team, k.n - 1)] : 0;
-}
-
-#endif
-
 __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
-#if XENT_RING /* from the row's slot */
-    const unsigned char *p = l.slot + (size_t)(vb + lane) * VBYTES;
-    const int rem = lane_items(l, vb, lane);
-#pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        if (i * XENT_TPR < rem) ring_lds(p + i * ITEM_BYTES, ch.r[i]);
-        else fill_missing(ch.r[i]);
-    }
-#else
     const unsigned char *p = l.x + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
 #pragma unroll
@@ -590,7 +476,6 @@ __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, in
         if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
         else fill_missing(ch.r[i]);
     }
-#endif
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
         ch.ej[q] = edges ? edge_index(l, q * XENT_TPR + lane) : -1;
@@ -598,11 +483,10 @@ __device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, in
     }
 }
 
-/* Whether the fused kernel reads this slice twice from global memory: it
- * does not fit a chunk, and the chunks past the first are neither stashed
- * nor in a ring slot. */
+/* Whether the fused kernel reads this slice twice: it does not fit a chunk,
+ * and the chunks past the first are not stashed. */
 __device__ __forceinline__ bool read_twice(const slice &l) {
-    return XENT_MODE == 1 && !XENT_STASH && !XENT_RING && l.v1 - l.v0 > XENT_TPR * XENT_ITEMS;
+    return XENT_MODE == 1 && !XENT_STASH && l.v1 - l.v0 > XENT_TPR * XENT_ITEMS;
 }
 
 #if XENT_STASH
@@ -713,50 +597,6 @@ __device__ __forceinline__ float chunk_max(const chunk &ch, int rem, float cap) 
 #endif
 }
 
-/* The chunk's largest y, its edges' included. */
-__device__ __forceinline__ float chunk_max_edges(const chunk &ch, int rem, float cap) {
-    float cm = chunk_max(ch, rem, cap);
-#pragma unroll
-    for (int q = 0; q < EDGES; q++) cm = fmaxf(cm, edge_y(ch, q, cap));
-    return cm;
-}
-
-/* The chunk's terms added to a at a's max, which is at least the chunk's. */
-__device__ __forceinline__ void chunk_sums_at(acc &a, const chunk &ch, const slice &l, int vb, int lane,
-                                              const gargs &k, int rem) {
-    /* the subtraction first: the max's own term is exactly 1 (a row of one
-     * class has loss 0, not a rounding of m * log2e) */
-    const float m = safe_max(a.m);
-#pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        int v = vb + i * XENT_TPR + lane;
-#pragma unroll
-        for (int j = 0; j < XENT_VEC; j++) {
-            float y = y_of(ch, i, j, i * XENT_TPR < rem, k.softcap);
-            a.s += exp2_term((y - m) * LOG2E, ON_FMA(i * XENT_VEC + j));
-#if XENT_SMOOTHING || XENT_SHARD
-            if (i * XENT_TPR < rem) {
-                float w = class_weight(k.weights, vec_class(l, v, j));
-                a.sy += w * (y - a.m);
-                a.sw += w;
-            }
-#endif
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < EDGES; q++) {
-        float y = edge_y(ch, q, k.softcap);
-        a.s += exp_shifted(y, m);
-#if XENT_SMOOTHING || XENT_SHARD
-        if (ch.ej[q] >= 0) {
-            float w = class_weight(k.weights, ch.ej[q]);
-            a.sy += w * (y - a.m);
-            a.sw += w;
-        }
-#endif
-    }
-}
-
 __device__ __forceinline__ void chunk_sums(acc &a, const chunk &ch, const slice &l, int vb, int lane,
                                            const gargs &k) {
     const int rem = lane_items(l, vb, lane);
@@ -865,11 +705,7 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 
 __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
                                                  const gargs &k, bool active) {
-#if XENT_RING
-    unsigned char *p = l.slot + (size_t)(vb + lane) * VBYTES;
-#else
     unsigned char *p = l.g + lane_offset(l, vb, lane);
-#endif
     const int rem = lane_items(l, vb, lane);
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
@@ -886,11 +722,7 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
             o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
                              grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
 #endif
-#if XENT_RING
-        ring_sts(p + i * ITEM_BYTES, o);
-#else
         store_vec(p + i * ITEM_BYTES, o);
-#endif
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
@@ -907,16 +739,6 @@ __device__ __forceinline__ bool slice_holds(const slice &l, long long col) {
 
 __device__ __forceinline__ const double *ws_sums(const gargs &k) { return (const double *)(k.ws + 16); }
 
-/* Sum i of xent_grad_denom's (read-only to the rows' kernel). A ring's few
- * warps take them through the read-only cache rather than wait on L2 a row. */
-__device__ __forceinline__ double ws_sum(const gargs &k, int i) {
-#if XENT_RING
-    return __ldg(ws_sums(k) + i);
-#else
-    return ws_sums(k)[i];
-#endif
-}
-
 /* The factor, A and the one-hot term of a row with target t (vocabulary
  * index) and log-sum-exp lse. */
 __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, long long t, float lse, bool bad,
@@ -928,12 +750,12 @@ __device__ __forceinline__ rowg row_grad_terms(const gargs &k, long long row, lo
     r.t = t - k.c0;
     if (t == k.ignore_index || bad || r.t < 0 || r.t >= k.c) r.t = -1;
     float wt = (t == k.ignore_index || bad) ? 0.0f : class_weight(k.weights, XENT_SHARD ? 0 : t);
-    float W = XENT_WEIGHTS ? (float)ws_sum(k, 1) : (float)k.vocab;
+    float W = XENT_WEIGHTS ? (float)ws_sums(k)[1] : (float)k.vocab;
     float onehot = (1.0f - k.smoothing) * wt;
     float a = onehot + eps_c * W + (XENT_ZLOSS ? 2.0f * k.z_loss * lse : 0.0f);
     float f = k.dloss ? k.dloss[XENT_REDUCTION == 0 ? row : 0] : 1.0f;
 #if XENT_REDUCTION == 2
-    f = (float)((double)f / ws_sum(k, 0));
+    f = (float)((double)f / ws_sums(k)[0]);
 #endif
     f = t == k.ignore_index ? 0.0f : bad ? qnan() : f;
     r.fa = f * a;
@@ -1046,106 +868,23 @@ __device__ __forceinline__ double2 row_out(const gargs &k, long long row, long l
 }
 #endif
 
-#if XENT_RING
-/* After a row's gradient is in its slot (and its target's element): the
- * slot stored by cp.async.bulk, and the previous row's slot, once its store
- * has read it, loaded with that slot's next row (refill; < 0: none). */
-__device__ __forceinline__ void ring_finish_row(ringstate &rs, const gargs &k, const slice &l, bool active, int lane,
-                                                long long refill) {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the slot's stores, before the copy reads it */
-    team_barrier();
-    if (lane == 0) {
-        const bool store = active && l.nvec > 0;
-        if (store) {
-            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                         ::"l"(l.g + (size_t)l.head * ESIZE), "r"(smem_addr(l.slot)), "r"((unsigned)l.nvec * VBYTES)
-                         : "memory");
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        }
-        if (rs.it > 0) {
-            if (store) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-            else asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            ring_fill(rs, (rs.it - 1) % XENT_RING, k, refill);
-        }
-    }
-    rs.it++;
-}
-
-/* Before the block's end: every store of the team's slots complete. */
-__device__ __forceinline__ void ring_drain(int lane) {
-    if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-__device__ __forceinline__ float shfl_f(float v, int o) { return __shfl_xor_sync(FULL_MASK, v, o); }
-__device__ __forceinline__ void max_into(float &a, float b) { a = fmaxf(a, b); }
-__device__ __forceinline__ void sums_into(acc &a, acc b) {
-    a.s += b.s;
-#if XENT_SMOOTHING || XENT_SHARD
-    a.sy += b.sy;
-    a.sw += b.sw;
-#endif
-}
-
-/* A ring's row is whole in its slot: its max over the slot, reduced over the
- * team, then its sums at that max, reduced once: no running rebase of the
- * sums chunk by chunk, and no exponentials in the team's reduction. */
-__device__ __forceinline__ void ring_sums(acc &a, chunk &ch, const slice &l, int lane, bool edges, const gargs &k) {
-    const int chunk_vecs = XENT_TPR * XENT_ITEMS;
-    __shared__ float max_parts[WARPS];
-    __shared__ acc sum_parts[WARPS];
-    float m = neg_inf();
-    for (int vb = l.v0;; vb += chunk_vecs) {
-        load_chunk(ch, l, vb, lane, edges && vb == l.v0, false);
-        m = fmaxf(m, chunk_max_edges(ch, lane_items(l, vb, lane), k.softcap));
-        if (vb + chunk_vecs >= l.v1) break;
-    }
-    if (XENT_TPR > 32) __syncthreads(); /* the previous row's readers are done with the parts */
-    TEAM_REDUCE(m, max_parts, shfl_f, max_into);
-    acc_init(a);
-    a.m = m;
-    for (int vb = l.v0;; vb += chunk_vecs) {
-        load_chunk(ch, l, vb, lane, edges && vb == l.v0, false);
-        chunk_sums_at(a, ch, l, vb, lane, k, lane_items(l, vb, lane));
-        if (vb + chunk_vecs >= l.v1) break;
-    }
-    TEAM_REDUCE(a, sum_parts, acc_shfl, sums_into);
-}
-#endif
-
 /* One row of this team (or cluster). Returns the row's (loss, weight).
  * cur: with PREFETCH, the row's first chunk on entry (already loading) and
  * the first chunk of the row `next` on return (next < 0: none). The chunk
  * after the one in use is always in flight: the row's next chunk, pass 2's
  * first (the row again, from L2), or the next row's first. */
 __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool active, int lane, int parity,
-                                          chunk &cur, long long next RING_PARAMS) {
-#if XENT_RING
-    slice l = make_slice(k, row);
-#else
+                                          chunk &cur, long long next) {
     const slice l = make_slice(k, row);
-#endif
     const bool edges = cluster_rank() == 0;
-#if XENT_RING /* loaded a row ahead: few warps take a ring's rows, and none may wait on it */
-    const long long t = rs.t;
-    const long long next_t = next >= 0 ? (long long)k.targets[next] : 0;
-#else
     const long long t = (long long)k.targets[row];
-#endif
     const bool bad = target_bad(t, k);
     const int chunk_vecs = XENT_TPR * XENT_ITEMS;
     /* the target's logit, loaded first: its latency hides under the row's,
      * and an in-place gradient has not overwritten it yet */
     const long long tc = t - k.c0;
     const bool has_t = lane == 0 && !bad && t != k.ignore_index && tc >= 0 && tc < k.c && (edges || GRAD);
-#if XENT_RING
-    l.slot = rs.slots + (size_t)(rs.it % XENT_RING) * rs.slot_bytes;
-    ring_wait(rs, rs.it % XENT_RING, (rs.it / XENT_RING) & 1);
-    /* the target's logit from the slot when it is among the aligned vectors */
-    const bool t_in_slot = tc >= l.head && tc < l.head + (long long)l.nvec * XENT_VEC;
-    const float xt = has_t ? load_scalar(t_in_slot ? l.slot : l.x, t_in_slot ? tc - l.head : tc) : 0.0f;
-    rs.t = next_t;
-#else
     const float xt = has_t ? load_scalar(l.x, tc) : 0.0f;
-#endif
 #if XENT_PREFETCH
     chunk nx;
 #endif
@@ -1153,9 +892,6 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     double2 out = make_double2(0.0, 0.0);
 #if ROW_PASS
     acc a;
-#if XENT_RING
-    ring_sums(a, cur, l, lane, edges, k);
-#else
     acc_init(a);
     for (int vb = first_vb(l);; vb -= chunk_vecs) {
         const bool more = vb > l.v0;
@@ -1176,7 +912,6 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #endif
     }
     team_merge(a);
-#endif
 #if XENT_SPLIT > 1
     cluster_merge(a, parity);
 #endif
@@ -1203,20 +938,14 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if XENT_STASH
         if (vb != l.v0) stash_load(cur, l, vb, lane);
 #else
-        /* a ring's sums end on its last chunk: the first is read from the slot again */
-        if (vb != l.v0 || !ROW_PASS || XENT_RING) load_chunk(cur, l, vb, lane, edges && vb == l.v0, false);
+        if (vb != l.v0 || !ROW_PASS) load_chunk(cur, l, vb, lane, edges && vb == l.v0, false);
 #endif
         store_chunk_grad(cur, l, vb, lane, r, k, active);
 #endif
         if (!more) break;
     }
     team_barrier();
-#if XENT_RING /* a target among the aligned vectors is rewritten in the slot, before the slot's store */
-    if (active && has_t) store_scalar(t_in_slot ? l.slot : l.g, t_in_slot ? r.t - l.head : r.t, grad_at_target(r, k));
-    ring_finish_row(rs, k, l, active, lane, refill);
-#else
     if (active && has_t && slice_holds(l, r.t)) store_scalar(l.g, r.t, grad_at_target(r, k));
-#endif
 #elif XENT_PREFETCH
     cur = nx;
 #endif
@@ -1326,10 +1055,6 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
     double l = 0.0, w = 0.0;
     int parity = 0;
     chunk cur;
-#if XENT_RING
-    ringstate rs;
-    ring_start(rs, k, team, lane, first, step, groups);
-#endif
 #if XENT_PREFETCH
     if (first < groups) {
         const slice l0 = make_slice(k, min(first * TEAMS + team, k.n - 1));
@@ -1340,19 +1065,12 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
         long long row = g * TEAMS + team;
         bool active = row < k.n;
         long long next = g + step < groups ? min((g + step) * TEAMS + team, k.n - 1) : -1;
-#if XENT_RING /* the row the previous row's slot takes next: RING - 1 groups on */
-        const long long again = g + (XENT_RING - 1) * step;
-        const long long refill = again < groups ? min(again * TEAMS + team, k.n - 1) : -1;
-#endif
-        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity, cur, next RING_ARGS);
+        double2 o = do_row(k, active ? row : k.n - 1, active, lane, parity, cur, next);
         l += o.x;
         w += o.y;
     }
 #if XENT_SPLIT > 1
     cluster_sync(); /* no block leaves while another reads its shared memory */
-#endif
-#if XENT_RING
-    ring_drain(lane);
 #endif
 #if ROW_PASS && !XENT_SHARD && XENT_REDUCTION != 0
     finish(l, w, k.loss, (unsigned *)k.ws, (double2 *)(k.ws + PARTS_AT), XENT_BLOCK);

@@ -251,13 +251,6 @@ static const struct {
     {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", 0, "FLAT"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1 FLAT=1", 0, "FLAT"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0 FLAT=1", 0, "FLAT"},
-    {"VEC=4 TPR=32 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 RING=3", 1, ""},
-    {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 RING=2", 1, ""},
-    {"VEC=2 TPR=32 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 RING=3", 0, "RING"},
-    {"VEC=4 TPR=16 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 RING=3", 0, "RING"},
-    {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0 RING=2", 0, "RING"},
-    {"VEC=4 TPR=32 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 RING=2", 0, "RING"},
-    {"VEC=4 TPR=32 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1 RING=2", 0, "RING"},
 };
 
 /* FLAT fits the backward of rows back to back, of at least VEC classes, so
@@ -346,46 +339,6 @@ START_TEST(grad_stash_fits) {
 }
 END_TEST
 
-/* RING fits fused rows whose slots, RING a team, fit a block's shared
- * memory, and sizes the launch's dynamic shared memory to them (a slot
- * holds C logits rounded up to 16 bytes); a ring is never read twice. */
-static const struct {
-    int64_t c;
-    xent_dtype dt;
-    xent_op op;
-    const char *cfg;
-    int fits;
-    size_t smem;
-} rings[] = {
-    {4096, XENT_BF16, XENT_OP_FUSED, "VEC=8 TPR=32 BLOCK=64 ITEMS=4 RING=3", 1, 2 * 3 * 8192},
-    {4096, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 RING=2", 1, 2 * 16384},
-    {1001, XENT_F16, XENT_OP_FUSED, "VEC=8 TPR=32 BLOCK=128 ITEMS=4 RING=4", 1, 4 * 4 * 2016},
-    {28000, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=32 BLOCK=64 ITEMS=8 RING=2", 0, 0},     /* 448 KB */
-    {50257, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 RING=2", 0, 0},   /* 402 KB */
-    {4096, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 RING=2", 0, 0}, /* fused only */
-    {4096, XENT_F32, XENT_OP_FORWARD, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 RING=2", 0, 0},
-};
-
-START_TEST(grad_ring_fits) {
-    xent_problem p;
-    xent_problem_init(&p, 4096, rings[_i].c);
-    p.logits = rings[_i].dt, p.op = rings[_i].op;
-    if (p.op == XENT_OP_FORWARD) p.z_loss = 0.01f; /* the forward of the grad family */
-    xent_config c;
-    char text[256], why[256] = "";
-    snprintf(text, sizeof text, "%s PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", rings[_i].cfg);
-    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
-    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == rings[_i].fits, "%s: %s", text, why);
-    if (rings[_i].fits) {
-        ck_assert_uint_eq(xent_config_smem(&c, &p), rings[_i].smem);
-        ck_assert_int_eq(xent_config_reads_twice(&c, &p), 0);
-        ck_assert_int_eq(xent_config_carries(&c, 50257, &p), 1);
-    } else {
-        ck_assert_msg(strstr(why, "RING"), "'%s' lacks 'RING'", why);
-    }
-}
-END_TEST
-
 START_TEST(grad_legality) {
     xent_config c;
     char why[256] = "";
@@ -448,7 +401,6 @@ int main(void) {
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
     tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
-    tcase_add_loop_test(tc, grad_ring_fits, 0, (int)(sizeof rings / sizeof rings[0]));
     tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
     tcase_add_test(tc, grad_flat_fits_few_rows);
     tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));

@@ -120,21 +120,6 @@ static const gcase cases[] = {
      0, NULL},
     {"backward softcap z", 64, 2000, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 10.0f, BACKWARD, 1, 0, 1.5f,
      0, NULL},
-/* RING: rows in shared-memory slots; edges of an offset start and of odd
- * strides, in place, teams with no row (n < teams), rows of no aligned
- * vector (c < VEC), and every option */
-#define RG " SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 RING="
-    {"ring f32 in place offset", 3000, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 1,
-     "VEC=4 TPR=32 BLOCK=64 ITEMS=4" RG "3"},
-    {"ring bf16 odd stride weights smooth softcap", 2000, 4099, 5, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 1, 0.1f, 0,
-     30.0f, FUSED, 0, 0, 0, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4" RG "2"},
-    {"ring f16 z none", 5000, 1000, 0, XENT_F16, XENT_I32, XENT_REDUCE_NONE, 0, 0, 1e-3f, 0, FUSED, 0, 0, 0.5f, 0,
-     "VEC=8 TPR=32 BLOCK=128 ITEMS=8" RG "4"},
-    {"ring f32 fewer rows than teams", 3, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
-     "VEC=4 TPR=32 BLOCK=128 ITEMS=8" RG "2"},
-    {"ring f32 rows under a vector", 1000, 3, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 0, 0, FUSED, 0, 0, 0,
-     1, "VEC=4 TPR=32 BLOCK=64 ITEMS=4" RG "3"},
-#undef RG
 /* FLAT: the stream's edges (an offset start), rows crossing vectors and
  * tiles, many rows a tile, in place */
 #define FL " SPLIT=1 PASSES=1 CACHE=2 TILE=0 PERSIST=0 FLAT=1"
