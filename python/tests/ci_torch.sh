@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Opt-in for CI (XENT_CI_TORCH=1): a torch for the CPU tests of the torch layer on a machine without a GPU.
+# For CI (.ci/run; XENT_CI_TORCH=0 skips it): a torch for the CPU tests of the torch layer on a machine
+# without a GPU.
 # PyPI's Linux torch wheel is a CUDA build (about 0.5 GB to download, 1.2 GB installed) that links CUDA
 # libraries a toolkit install may lack (cuFile, cuSPARSELt, NVSHMEM, a recent NCCL); this installs the
 # wheel without its CUDA dependencies and gives the missing sonames empty stand-ins (their functions are
