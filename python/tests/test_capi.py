@@ -64,6 +64,25 @@ def test_datadir_default():
     assert os.environ.get("XENT_DATADIR")
 
 
+class _Ptr:
+    """Stands in for a tensor: make_args reads only data_ptr()."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def data_ptr(self):
+        return self.p
+
+
+def test_make_args_fields():
+    given = {name: _Ptr(0x1000 * (i + 1)) for i, (name, _) in enumerate(_capi.Args._fields_) if i % 2 == 0}
+    a = _capi.make_args(**given)
+    for name, _ in _capi.Args._fields_:
+        want = given[name].p if name in given else None
+        assert getattr(a, name) == want, name
+    assert all(getattr(_capi.make_args(), name) is None for name, _ in _capi.Args._fields_)
+
+
 def test_make_problem_fields():
     lib = library_or_skip()
     p = _capi.make_problem(lib, 8, 100, "torch.bfloat16", "torch.int32", "sum", ignore_index=3,

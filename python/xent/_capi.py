@@ -134,10 +134,19 @@ class Args(ctypes.Structure):
     ]
 
 
-def make_args(**tensors):
-    """An Args holding the device pointers of the tensors given by field name (None or absent: NULL)."""
-    # one constructor call: a setattr a field costs more on the launch path
-    return Args(**{name: t.data_ptr() for name, t in tensors.items() if t is not None})
+def make_args(logits=None, targets=None, weights=None, loss=None, lse=None, workspace=None, grad=None,
+              dloss=None, stats=None):
+    """An Args holding the device pointers of the tensors given by field name (None: NULL)."""
+    # one positional constructor call: keywords, and a setattr a field, cost more on the launch path
+    return Args(logits.data_ptr() if logits is not None else None,
+                targets.data_ptr() if targets is not None else None,
+                weights.data_ptr() if weights is not None else None,
+                loss.data_ptr() if loss is not None else None,
+                lse.data_ptr() if lse is not None else None,
+                workspace.data_ptr() if workspace is not None else None,
+                grad.data_ptr() if grad is not None else None,
+                dloss.data_ptr() if dloss is not None else None,
+                stats.data_ptr() if stats is not None else None)
 
 
 class DeviceInfo(ctypes.Structure):

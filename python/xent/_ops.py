@@ -336,6 +336,9 @@ def _(grad, dloss):
 
 def _dloss(grad_output, n, reduction):
     """The upstream gradient as xent wants it: contiguous fp32, 1 float (sum, mean) or n (none)."""
+    if grad_output.dtype is torch.float32 and grad_output.numel() == (n if reduction == 0 else 1) \
+            and grad_output.is_contiguous():
+        return grad_output  # already that (autograd's ones for a scalar loss): no conversions to dispatch
     g = grad_output.to(torch.float32)
     g = g.reshape(n) if reduction == 0 else g.reshape(1)
     return g.contiguous()
