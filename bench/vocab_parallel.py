@@ -226,7 +226,7 @@ def run(rank, world, args, store_path=None):
         with open(os.path.join(args.out, "vocab_parallel.json"), "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f,
                       indent=1)
-    dist.barrier()
+    dist.barrier()  # no rank leaves while another still talks to it
     dist.destroy_process_group()
     # out without the interpreter's teardown: there a Gloo rank can abort ("terminate called without
     # an active exception", SIGABRT) after its results are in, about one run in six of 2 CPU ranks
