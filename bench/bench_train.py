@@ -22,6 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "python")))
+from _timing import back_to_back_us  # noqa: E402 (bench/, the script's own folder, is on sys.path)
 
 DEFAULT_SHAPES = "32768x4096,32768x4096:bf16,16384x50257,8192x128256:bf16"
 
@@ -112,16 +113,7 @@ def main():
                 for _ in range(3):
                     call()
                 torch.cuda.synchronize()
-                times = []
-                for _ in range(5):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    for _ in range(args.iters):
-                        call()
-                    e.record()
-                    torch.cuda.synchronize()
-                    times.append(s.elapsed_time(e) * 1e3 / args.iters)
-                rec["us"] = statistics.median(times)
+                rec["us"] = back_to_back_us(torch, call, args.iters)
                 # the host's own time a call (Python, autograd, launches): the calls are queued behind a
                 # long GPU sleep, so the host never waits on the GPU while they are issued; five rounds,
                 # their median and range, since one round's figure swings with what else the host does

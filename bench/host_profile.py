@@ -22,20 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")))
-
-
-def back_to_back(torch, fn, iters=100, rounds=5):
-    """Median µs a call of fn over rounds of iters calls, by CUDA events."""
-    times = []
-    for _ in range(rounds):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / iters)
-    return sorted(times)[len(times) // 2]
+from _timing import back_to_back_us  # noqa: E402 (bench/, the script's own folder, is on sys.path)
 
 
 def main():
@@ -83,7 +70,7 @@ def main():
     def kernels():  # the fused plan's kernels on the same inputs, no autograd and no checks
         _ops._fused_impl(x, t, None, -100, 2, 0.0, 0.0, 0.0, False, g)
 
-    step, own = back_to_back(torch, call), back_to_back(torch, kernels)
+    step, own = back_to_back_us(torch, call, 100), back_to_back_us(torch, kernels, 100)
     print("back to back: xent.cross_entropy(x, t).backward() %.1f us a call, the fused kernels alone %.1f us: "
           "%.3fx" % (step, own, step / own))
     for label, fn in (("xent", call), ("autograd floor", floor), ("torch eager", eager)) * 2:

@@ -26,12 +26,12 @@ DIR/vocab_parallel.json.
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "python")))
+from _timing import back_to_back_us  # noqa: E402 (bench/, the script's own folder, is on sys.path)
 
 DEFAULT_SHAPES = "8192x128256:bf16,32768x256000:bf16"
 # (dtype, options) of the check; every case also runs each reduction
@@ -171,18 +171,11 @@ def bench(torch, dist, xent, device, n, vocab, dtype, iters):
         try:
             for _ in range(3):
                 step()
-            times = []
-            for _ in range(5):
+            def together():  # every rank starts a round at once
                 dist.barrier()
                 torch.cuda.synchronize()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(iters):
-                    step()
-                e.record()
-                torch.cuda.synchronize()
-                times.append(s.elapsed_time(e) * 1e3 / iters)
-            us = torch.tensor([statistics.median(times)], device=device)
+
+            us = torch.tensor([back_to_back_us(torch, step, iters, before_round=together)], device=device)
             dist.all_reduce(us, op=dist.ReduceOp.MAX)  # the step ends when the slowest rank's does
             out[name] = us.item()
         except Exception as ex:  # noqa: BLE001 - reported in the table, the other rows still run
