@@ -199,6 +199,8 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "a team wider than a warp is the whole block (BLOCK == TPR)");
     if (cfg->tpr <= 32 && (cfg->block < MIN_WARP_TEAM_BLOCK || cfg->block > MAX_WARP_TEAM_BLOCK))
         return refuse(why, len, "teams within a warp use blocks of 128 to 512 threads");
+    if (cfg->split > 1 && cfg->tpr < 32)
+        return refuse(why, len, "SPLIT > 1 takes TPR >= 32 (a warp or a block a team, whose combine is uniform)");
     if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || cfg->split != 1))
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1");
     if (cfg->tile && cfg->persist == 2)

@@ -403,6 +403,13 @@ START_TEST(defines_follow_the_problem) {
     d = xent_render_defines(&c, &p);
     ck_assert_ptr_nonnull(d);
     ck_assert_ptr_null(strstr(d, "XENT_C ")); /* longer rows share a kernel across c */
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_SEGMENTED 0\n"));
+    free(d);
+    c.split = 32; /* split rows share one kernel across their splits, whole rows leave out its combine */
+    d = xent_render_defines(&c, &p);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(strstr(d, "#define XENT_SEGMENTED 1\n"));
+    ck_assert_ptr_null(strstr(d, "XENT_SPLIT"));
     free(d);
 }
 END_TEST

@@ -34,18 +34,24 @@
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
  *   XENT_DYNAMIC 1 for PERSIST=2: a persistent grid whose units claim item groups
  *                from a counter (rendered from the launch knob; see team_rows)
+ *   XENT_SEGMENTED 1 when SPLIT > 1 (rendered from the launch knob): only such
+ *                kernels hold the split rows' addressing and combine, whose
+ *                registers would otherwise weigh on every kernel's row loop
  *   XENT_C       the class count, rendered for small c only (gen/render.c): tiny rows are
  *                instruction bound, and a constant c drops the items no row can fill and
  *                unrolls the per-row loops exactly. The argument c must equal it
- * Launch parameters (not compiled in): split (teams per row) and the grid size.
+ * Launch parameters (not compiled in): split (teams per row; > 1 under
+ * XENT_SEGMENTED, 1 otherwise) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
  *   [0, 4)                  unsigned ticket of the last block
+ *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean)
  *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
  *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
- *                           (16-aligned), double2 row results[n] (summed in row order, so
- *                           the result does not depend on which team finished a row)
+ *                           (16-aligned), double2 row results[n] (summed in a fixed order by
+ *                           the last row's team, so the result does not depend on which
+ *                           team finished a row)
  */
 
 #ifndef XENT_VEC
@@ -74,6 +80,9 @@
 #endif
 #ifndef XENT_DYNAMIC
 #define XENT_DYNAMIC 0
+#endif
+#ifndef XENT_SEGMENTED
+#define XENT_SEGMENTED 0
 #endif
 #define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
 #include "shared/problem.cuh"

@@ -11,10 +11,10 @@ __device__ __forceinline__ float published_f(const float *p) {
 }
 #include "shared/published.cuh"
 
-/* Split rows: publish this segment's partial; the row's last segment combines
- * all of them in segment order (deterministic) and returns true. */
-__device__ bool combine_split(acc &a, long long row, int seg, int split, unsigned *arrivals,
-                              float *parts) {
+/* Split rows: publish this segment's partial and count its arrival; true
+ * for the row's last segment, whose team then combines them all. */
+__device__ bool publish_segment(const acc &a, long long row, int seg, int split, unsigned *arrivals,
+                                float *parts) {
     float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
     mine[0] = a.m;
     mine[1] = a.s;
@@ -25,24 +25,23 @@ __device__ bool combine_split(acc &a, long long row, int seg, int split, unsigne
     mine[4] = a.sw;
 #endif
 #endif
-    if (arrive(arrivals + row) != (unsigned)(split - 1)) return false;
-    acc_init(a);
-    for (int k = 0; k < split; k++) {
-        const float *q = parts + ((size_t)row * split + k) * PART_FLOATS;
-        acc b;
-        b.m = published_f(q);
-        b.s = published_f(q + 1);
-        b.xt = published_f(q + 2);
+    return arrive(arrivals + row) == (unsigned)(split - 1);
+}
+
+/* Segment s's published partial, read from L2. */
+__device__ __forceinline__ acc published_segment(const float *parts, long long row, int s, int split) {
+    const float *q = parts + ((size_t)row * split + s) * PART_FLOATS;
+    acc b;
+    b.m = published_f(q);
+    b.s = published_f(q + 1);
+    b.xt = published_f(q + 2);
 #if XENT_SMOOTHING
-        b.sx = published_f(q + 3);
+    b.sx = published_f(q + 3);
 #if XENT_WEIGHTS
-        b.sw = published_f(q + 4);
+    b.sw = published_f(q + 4);
 #endif
 #endif
-        acc_merge(a, b);
-    }
-    arrivals[row] = 0; /* leave the workspace zeroed for the next launch */
-    return true;
+    return b;
 }
 
 #if XENT_REDUCTION != 0
@@ -71,10 +70,54 @@ __device__ __forceinline__ void sum_published(const double2 *pairs, long long fr
     }
 }
 
-/* Last-block reduction of the per-block partials (and, for split rows, the
- * per-row results) into the scalar loss, in a fixed order. */
-__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss,
-                                 unsigned char *ws, const double *row_results, long long n) {
+/* The scalar loss from the summed losses and weights. */
+__device__ __forceinline__ void write_loss(float *loss, double l, double wsum) {
+    /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
+    *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
+}
+
+#if XENT_SEGMENTED
+/* Split rows: the team that finished a row publishes its result; the team
+ * of the last row sums all n of them (lane by lane, then the team: a fixed
+ * order) and writes the loss. No other block takes part, so the rest leave
+ * as soon as their segments are published. Called by every lane of a team
+ * that finished a row (TPR >= 32: the whole warp, or the whole block). */
+__device__ void finish_rows(const row_result &r, long long row, int lane, float *loss, unsigned char *ws,
+                            double *row_results, long long n) {
+    __shared__ bool done_team;
+    unsigned *rows_done = (unsigned *)(ws + 4);
+    bool done = false;
+    if (lane == 0) {
+        row_results[2 * row] = r.loss;
+        row_results[2 * row + 1] = r.weight;
+        done = arrive(rows_done) == (unsigned)(n - 1);
+    }
+    if (XENT_TPR > 32) {
+        if (lane == 0) done_team = done;
+        __syncthreads(); /* also orders the team's reads after lane 0's acquire */
+        done = done_team;
+    } else {
+        done = __shfl_sync(FULL_MASK, done, 0);
+        __syncwarp(); /* orders the team's reads after lane 0's acquire */
+    }
+    if (!done) return;
+    double l = 0.0, wsum = 0.0;
+    for (long long i = lane; i < n; i += XENT_TPR) {
+        const double2 v = published_d2((const double2 *)row_results + i);
+        l += v.x;
+        wsum += v.y;
+    }
+    block_sum2(l, wsum, XENT_TPR);
+    if (lane == 0) {
+        write_loss(loss, l, wsum);
+        *rows_done = 0u;
+    }
+}
+#endif
+
+/* Last-block reduction of the per-block partials into the scalar loss, in a
+ * fixed order. */
+__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss, unsigned char *ws) {
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double2 *parts = (double2 *)(ws + 16);
@@ -88,20 +131,19 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     if (!last) return;
     double l = 0.0, wsum = 0.0;
     sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
-    if (row_results) sum_published((const double2 *)row_results, threadIdx.x, n, l, wsum);
     block_sum2(l, wsum, XENT_BLOCK);
     if (threadIdx.x == 0) {
-        /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
-        *loss = XENT_REDUCTION != 2 ? (float)l : wsum == 0.0 ? __int_as_float(0x7fc00000) : (float)(l / wsum);
+        write_loss(loss, l, wsum);
         *ticket = 0u;
 #if XENT_DYNAMIC
         *WORK_COUNTER(ws) = 0ull;
 #endif
     }
 }
-#elif XENT_DYNAMIC
-/* Without a reduction, dynamic scheduling still needs a last block: it zeroes
- * the counter once every block has stopped taking work. */
+#endif
+#if XENT_DYNAMIC && (XENT_REDUCTION == 0 || XENT_SEGMENTED)
+/* Without the last block of a reduction, dynamic scheduling still needs one:
+ * it zeroes the counter once every block has stopped taking work. */
 __device__ void reset_counter(unsigned char *ws) {
     __syncthreads();
     if (threadIdx.x == 0 && atomicAdd((unsigned *)ws, 1u) == gridDim.x - 1) {

@@ -75,31 +75,54 @@ __device__ __forceinline__ void tile_rows(const kargs &k, double &loss_acc, doub
     __syncwarp(); /* lanes past the last row rejoin before finish_reduction's barriers */
 }
 #else
-/* Lane 0 of a team with its item's total: a finished row goes out, a
- * segment is published and the row's last segment combines them. */
-__device__ __forceinline__ void publish_item(const kargs &k, acc &a, long long row, int seg, long long t,
-                                             double &loss_acc, double &weight_acc) {
-    if (k.split == 1) { /* one test: split rows' addressing stays off this path */
-        emit_row(k, row, finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row),
-                 loss_acc, weight_acc);
-        return;
+#if XENT_SEGMENTED
+/* A split row's segment, its total in every lane of the team: lane 0
+ * publishes it. The team of the row's last segment then reads the partials
+ * a lane each (one L2 round trip, where a lane reading them one after
+ * another took one a segment), merges them in a fixed order (lane by lane,
+ * then the team's tree) and finishes the row; the other teams are done.
+ * Teams are a warp or a whole block (SPLIT > 1 takes TPR >= 32), so which
+ * teams go on is uniform in every warp and, for block teams, in the block. */
+__device__ __forceinline__ void split_item(const kargs &k, const acc &a, long long row, int seg, long long t,
+                                           bool active, int lane, double &loss_acc, double &weight_acc) {
+    __shared__ bool last_team;
+    unsigned *arrivals = split_arrivals(k);
+    float *parts = split_parts(k);
+    bool last = lane == 0 && active && publish_segment(a, row, seg, k.split, arrivals, parts);
+    if (XENT_TPR > 32) {
+        if (lane == 0) last_team = last;
+        __syncthreads(); /* also orders the team's reads after lane 0's acquire */
+        last = last_team;
+        __syncthreads(); /* every thread has read it before the next item's lane 0 writes it */
+    } else {
+        last = __shfl_sync(FULL_MASK, last, 0);
+        __syncwarp(); /* orders the team's reads after lane 0's acquire */
     }
-    if (!combine_split(a, row, seg, k.split, split_arrivals(k), split_parts(k))) return;
-    row_result r = finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+    if (!last) return;
+    acc b;
+    acc_init(b);
+    for (int s = lane; s < k.split; s += XENT_TPR) acc_merge(b, published_segment(parts, row, s, k.split));
+    team_merge(b);
+    row_result r = {0.0f, 0.0f};
+    if (lane == 0) {
+        arrivals[row] = 0; /* leave the workspace zeroed for the next launch */
+        r = finish_row(b, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row);
+    }
 #if XENT_REDUCTION != 0
-    double *res = split_results(k) + 2 * row;
-    res[0] = r.loss;
-    res[1] = r.weight;
+    finish_rows(r, row, lane, k.loss, k.ws, split_results(k), k.n); /* r of lane 0 */
+    (void)loss_acc;
+    (void)weight_acc;
 #else
-    emit_row(k, row, r, loss_acc, weight_acc);
+    if (lane == 0) emit_row(k, row, r, loss_acc, weight_acc);
 #endif
 }
+#endif
 
 /* One work item for this team: a row, or one segment of it (split > 1). */
 __device__ __forceinline__ void team_item(const kargs &k, long long w, bool active, int lane, bool one_chunk,
                                           double &loss_acc, double &weight_acc) {
-    /* split == 1 is uniform: its rows skip the 64-bit division and the segment bounds */
-    const bool whole = k.split == 1;
+    /* whole rows skip the 64-bit division, the segment bounds and the combine */
+    const bool whole = !XENT_SEGMENTED;
     long long row = active ? w : 0;
     int seg = 0;
     if (active && !whole) {
@@ -118,7 +141,13 @@ __device__ __forceinline__ void team_item(const kargs &k, long long w, bool acti
 
     acc a = segment(l, v0, v1, active && seg == 0, k.c, lane, t_in, k.weights, one_chunk, active && whole);
     team_merge(a);
-    if (lane == 0 && active) publish_item(k, a, row, seg, t, loss_acc, weight_acc);
+#if XENT_SEGMENTED
+    split_item(k, a, row, seg, t, active, lane, loss_acc, weight_acc);
+#else
+    if (lane == 0 && active)
+        emit_row(k, row, finish_row(a, t, k.ignore_index, k.c, k.smoothing, k.weights, k.err, k.lse, row),
+                 loss_acc, weight_acc);
+#endif
     /* Lane 0 ran alone above. The next __syncthreads is an .aligned bar.sync,
      * undefined unless the warp's lanes reach it together: without this,
      * whole-block teams with two passes sum split rows wrongly. */
@@ -242,6 +271,8 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
     if (c != XENT_C) __trap(); /* a kernel compiled for another class count: never compute garbage */
     c = XENT_C;
 #endif
+    if ((split > 1) != XENT_SEGMENTED) __trap(); /* compiled for whole rows, launched split, or the reverse */
+    if (!XENT_SEGMENTED) split = 1;               /* a constant, for the compiler */
     const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE
@@ -249,8 +280,8 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #else
     team_rows(k, loss_acc, weight_acc);
 #endif
-#if XENT_REDUCTION != 0
-    finish_reduction(loss_acc, weight_acc, loss, ws, split > 1 ? split_results(k) : NULL, n);
+#if XENT_REDUCTION != 0 && !XENT_SEGMENTED
+    finish_reduction(loss_acc, weight_acc, loss, ws);
 #elif XENT_DYNAMIC
     reset_counter(ws);
 #endif
