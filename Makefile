@@ -188,6 +188,19 @@ $(addprefix fuzz-,$(FUZZ_TARGETS)): fuzz-%: $(FUZZ_BUILD)/fuzz/%
 		"$$(grep -h 'stat::new_units_added' $$log | tr -dc 0-9) new inputs, exit $$rc"; \
 	[ $$rc = 0 ] || tail -60 $$log; exit $$rc
 
+# The torch operator of the eager fused loss (python/xent/csrc/xent_torch.cpp), compiled against
+# the torch that PYTHON imports and loadable only into that torch; pip install ./python builds it
+# where its interpreter has torch (python/setup.py), and the package works without it.
+PYTHON ?= python3
+TORCH_FLAGS = $(shell $(PYTHON) -c 'import torch, torch.utils.cpp_extension as e; \
+	print(" ".join(["-I" + p for p in e.include_paths()] + ["-L" + p for p in e.library_paths()] + \
+	["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))')
+$(BUILD)/libxent_torch.so: python/xent/csrc/xent_torch.cpp include/xent.h $(BUILD)/libxent.so
+	@flags='$(TORCH_FLAGS)'; [ -n "$$flags" ] || { echo "$(PYTHON) cannot import torch" >&2; exit 1; }; \
+	echo "$(CXX) -O2 -std=c++20 -fPIC -shared ... $< -o $@"; \
+	$(CXX) -O2 -std=c++20 -fPIC -shared -fvisibility=hidden -Iinclude $$flags $< -o $@ \
+		-L$(BUILD) -l:libxent.so -ltorch -ltorch_cpu -lc10 -Wl,-rpath,'$$ORIGIN'
+
 # Installed as a distribution lays a library out: the file named by its full
 # version, the SONAME link the loader follows, the unversioned link -lxent finds.
 install: all

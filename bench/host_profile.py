@@ -5,7 +5,8 @@
 
 First, back to back (CUDA events, median of 5 rounds of 100 calls): `xent.cross_entropy(x,
 t).backward()` against the fused plan's own kernels launched straight from Python (what a step
-would take were the host free), and their ratio. Then the host alone: the calls are queued behind
+would take were the host free), and their ratio; then the same call with the C++ operator left
+out (the Python path: an autograd.Function and ctypes launches). Then the host alone: the calls are queued behind
 a long GPU sleep, so the host never waits for the GPU, and what cProfile reports is Python,
 autograd and the launches alone. Prints the host time a call of xent, of eager PyTorch, and of
 PyTorch's own floor for such a loss (an autograd.Function that allocates the loss and a gradient
@@ -42,6 +43,15 @@ def main():
         xent.cross_entropy(x, t).backward()
         x.grad = None
 
+    from xent import _ops
+
+    def python_path():  # the same call with the C++ operator (libxent_torch.so) left out
+        cpp, _ops._cpp = _ops._cpp, False
+        try:
+            call()
+        finally:
+            _ops._cpp = cpp
+
     class Floor(torch.autograd.Function):
         @staticmethod
         def forward(ctx, inp):
@@ -63,17 +73,20 @@ def main():
 
     for _ in range(5):
         call()
+        python_path()
     torch.cuda.synchronize()
-    from xent import _ops
     g = torch.empty_like(x)
 
     def kernels():  # the fused plan's kernels on the same inputs, no autograd and no checks
         _ops._fused_impl(x, t, None, -100, 2, 0.0, 0.0, 0.0, False, g)
 
     step, own = back_to_back_us(torch, call, 100), back_to_back_us(torch, kernels, 100)
-    print("back to back: xent.cross_entropy(x, t).backward() %.1f us a call, the fused kernels alone %.1f us: "
-          "%.3fx" % (step, own, step / own))
-    for label, fn in (("xent", call), ("autograd floor", floor), ("torch eager", eager)) * 2:
+    py = back_to_back_us(torch, python_path, 100)
+    print("back to back: xent.cross_entropy(x, t).backward() %.1f us a call (%s), the fused kernels alone %.1f "
+          "us: %.3fx; the Python path %.1f us, %.3fx" % (step, "C++ operator" if _ops._cpp else "Python path, "
+                                                         "no libxent_torch.so", own, step / own, py, py / own))
+    for label, fn in (("xent", call), ("xent, Python path", python_path), ("autograd floor", floor),
+                      ("torch eager", eager)) * 2:
         fn()
         torch.cuda.synchronize()
         mallocs = torch.cuda.memory_stats().get("num_device_alloc", 0)

@@ -108,6 +108,41 @@ def test_z_loss_softcap_vs_formula(dtype, reduction, z_loss, softcap):
     _check_grad(xg.grad, xd.grad, dtype, lse_max=ref_lse.abs().max().item())
 
 
+CPP_CASES = [  # (dtype, options): the C++ operator's problems against the Python path's
+    (torch.float32, {}), (torch.bfloat16, {}), (torch.float16, {"reduction": "none"}),
+    (torch.float32, {"reduction": "sum", "label_smoothing": 0.1}), (torch.bfloat16, {"weight": True}),
+    (torch.float32, {"z_loss": 1e-3, "softcap": 30.0}), (torch.bfloat16, {"ignore_index": 3}),
+]
+
+
+@pytest.mark.parametrize("dtype, options", CPP_CASES, ids=lambda v: str(v))
+def test_cpp_operator_matches_python_path(dtype, options):
+    """Eager fused losses go through libxent_torch.so's operator where it was built: the same kernels
+    as the Python path, so the same loss and gradient bit for bit, and a strided view is copied."""
+    x0, t = _inputs(300, 5003, dtype, ignore_index=options.get("ignore_index", -100))
+    kw = dict(options)
+    if kw.pop("weight", False):
+        kw["weight"] = torch.rand(5003, device=DEV)
+    wide = torch.zeros(300, 5010, device=DEV, dtype=dtype)
+    wide[:, :5003] = x0
+    out = {}
+    for cpp in (None, False):  # None: look the operator up (and load it) again; False: the Python path
+        _ops._cpp = cpp
+        for name, base in (("contiguous", x0), ("strided", wide[:, :5003])):
+            x = base.detach().clone() if name == "contiguous" else base.detach()
+            x = x.requires_grad_(True)
+            loss = xent.cross_entropy(x, t, **kw)
+            (loss.sum() * 0.5 if loss.dim() else loss * 1.5).backward()
+            out[(cpp, name)] = (loss.detach(), x.grad)
+        if cpp is None and not _ops._cpp:
+            pytest.skip("libxent_torch.so not built for this torch (make build/libxent_torch.so PYTHON=...)")
+    _ops._cpp = None
+    for name in ("contiguous", "strided"):
+        (l0, g0), (l1, g1) = out[(None, name)], out[(False, name)]
+        assert torch.equal(l0, l1), name
+        assert torch.equal(g0, g1), name
+
+
 def test_row_strided_logits():
     big, t = _inputs(64, 1100, torch.float32, seed=3)
     t = torch.where(t >= 1000, t % 1000, t)  # classes of the 1000-column view

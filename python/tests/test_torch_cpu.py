@@ -34,6 +34,26 @@ def _x(n=6, c=10, dtype=torch.float32, grad=False, seed=0):
 
 # --- registration and argument errors --------------------------------------------------------------
 
+def test_cpp_operator_registers_for_cuda_only():
+    """libxent_torch.so (make build/libxent_torch.so PYTHON=...), where it was built for this torch: it
+    loads beside libxent.so, declares xent_cpp::fused, and has no kernel for CPU tensors (xent's checks
+    come first in cross_entropy, so this is the dispatcher's own refusal)."""
+    import os
+    from conftest import library_or_skip
+    lib = library_or_skip()
+    path = os.path.join(os.path.dirname(lib._name), "libxent_torch.so")
+    if not os.path.exists(path):
+        pytest.skip("libxent_torch.so not built (%s)" % path)
+    torch.ops.load_library(path)
+    schema = torch.ops.xent_cpp.fused.default._schema
+    assert schema.name == "xent_cpp::fused"
+    assert [a.name for a in schema.arguments] == ["input", "target", "weight", "context", "ignore_index",
+                                                  "reduction", "label_smoothing", "z_loss", "softcap"]
+    x, t = _x(grad=True)
+    with pytest.raises(NotImplementedError, match="CPU"):
+        torch.ops.xent_cpp.fused(x, t, None, 0, -100, 2, 0.0, 0.0, 0.0)
+
+
 def test_ops_registered():
     for name in OPS:
         op = getattr(torch.ops.xent, name).default

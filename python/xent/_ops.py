@@ -13,6 +13,10 @@ break:
     xent::combine(stats[k, 2, n], target, ...) -> (loss, lse)         XENT_OP_COMBINE
     xent::shard_backward(input, target, lse, dloss, ...) -> grad      XENT_OP_BACKWARD on a shard
 
+In eager mode a loss that needs its gradient is one C++ operator instead,
+torch.ops.xent_cpp.fused (csrc/xent_torch.cpp, loaded from libxent_torch.so beside
+libxent.so where it was built for this torch; see _fused_cpp).
+
 Every launch goes to torch.cuda.current_stream(). Plans are cached here per
 problem, so a call after the first is a dict lookup and one ctypes call; while
 the current stream is being captured into a CUDA graph no plan is ever built
@@ -64,6 +68,51 @@ _plans = {}      # problem key -> (plan handle, Xent)
 def clear_plans():
     """Forget the Python-side plan cache (the contexts keep their plans; the next call looks them up)."""
     _plans.clear()
+
+
+# --- the C++ operator of the eager fused loss (csrc/xent_torch.cpp), where it was built -----------------
+
+_cpp = None  # None: not yet looked for; then True or False
+
+
+def _cpp_op_loaded(xe):
+    """Load libxent_torch.so from beside the libxent.so xe uses, once. It needs the torch it was compiled
+    against; without it (not built, or another torch) the Python path serves the same calls."""
+    global _cpp
+    if _cpp is None:
+        with _lock:
+            if _cpp is None:
+                import os
+                path = os.path.join(os.path.dirname(xe._lib._name), "libxent_torch.so")
+                try:
+                    torch.ops.load_library(path)
+                    _cpp = hasattr(torch.ops.xent_cpp, "fused")
+                except (OSError, RuntimeError):
+                    _cpp = False
+    return _cpp
+
+
+def _fused_cpp(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    """The eager fused loss as one C++ autograd op (torch.ops.xent_cpp.fused), or None where it was not
+    built. It looks plans up and never builds them: on a first call for a problem, they are built here
+    (where capture gets its clear error) and the op called again."""
+    index = input.device.index
+    xe = _contexts.get(index) or _context(index)
+    if not (_cpp or (_cpp is None and _cpp_op_loaded(xe))):
+        return None
+    args = (input, target, weight, xe._ctx.value, ignore_index, reduction, label_smoothing, z_loss, softcap)
+    try:
+        return torch.ops.xent_cpp.fused(*args)
+    except RuntimeError as e:
+        if "xent: no plan" not in str(e):
+            raise
+    n, c = input.shape
+    # the op's problems: the gradient's rows are contiguous (a copy of the logits where theirs are not)
+    _plan(index, _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
+                      _capi.XENT_OP_FUSED, row_stride=c))
+    _plan(index, (n, c, c, _LOGIT[input.dtype], _capi.XENT_I64, 0 if reduction == 0 else 2, -100, 0.0, 0, 0,
+                  _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0))
+    return torch.ops.xent_cpp.fused(*args)
 
 
 def _context(index):
@@ -440,6 +489,11 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     args = (target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss), float(softcap),
             bool(return_lse))
     eager = _direct(input)
+    if eager and not (inplace_backward or return_lse) and torch.is_grad_enabled() and input.requires_grad:
+        loss = _fused_cpp(input, target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss),
+                          float(softcap))
+        if loss is not None:
+            return loss
     if not (torch.is_grad_enabled() and input.requires_grad):
         loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
     elif inplace_backward or eager:
