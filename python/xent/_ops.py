@@ -24,6 +24,7 @@ the current stream is being captured into a CUDA graph no plan is ever built
 """
 
 import ctypes
+import os
 import threading
 from typing import Optional
 
@@ -82,7 +83,6 @@ def _cpp_op_loaded(xe):
     if _cpp is None:
         with _lock:
             if _cpp is None:
-                import os
                 path = os.path.join(os.path.dirname(xe._lib._name), "libxent_torch.so")
                 try:
                     torch.ops.load_library(path)
