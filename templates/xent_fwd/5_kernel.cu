@@ -223,7 +223,9 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
  * plus room for addresses and sums (a little more for
  * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
  * and for weighted smoothing, whose class weights are loaded beside the
- * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128). */
+ * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128; with
+ * POLY's polynomial as well, an f16 two-pass chunk of 32 words spilled 12
+ * bytes at 128, so such kernels take the next step down in blocks). */
 /* Rows short enough for a compiled-in class count need fewer registers than
  * the floor, and a lower one fits more warps to keep loads in flight (fp32
  * 1048576x10, TPR=1 VEC=2 ITEMS=8: 48 registers without spills, 40 warps per
@@ -255,7 +257,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define REGS_CHUNK CHUNK_REGS
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + (XENT_LOGIT ? 16 : 32) * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
-     16 * XENT_DYNAMIC)
+     32 * XENT_SMOOTHING * XENT_WEIGHTS * (XENT_POLY != 0) + 16 * XENT_DYNAMIC)
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
 #define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
