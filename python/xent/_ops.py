@@ -110,8 +110,7 @@ def _fused_cpp(input, target, weight, ignore_index, reduction, label_smoothing, 
     # the op's problems: the gradient's rows are contiguous (a copy of the logits where theirs are not)
     _plan(index, _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
                       _capi.XENT_OP_FUSED, row_stride=c))
-    _plan(index, (n, c, c, _LOGIT[input.dtype], _capi.XENT_I64, 0 if reduction == 0 else 2, -100, 0.0, 0, 0,
-                  _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0))
+    _plan(index, _rescale_key(n, c, c, input.dtype, reduction == 0))
     return torch.ops.xent_cpp.fused(*args)
 
 
@@ -371,10 +370,15 @@ def _rescale_op(grad: Tensor, dloss: Tensor) -> None:
     _rescale_impl(grad, dloss)
 
 
+def _rescale_key(n, c, row_stride, dtype, rows):
+    """The rescale's problem: a dloss a row (rows) or one for all."""
+    return (n, c, row_stride, _LOGIT[dtype], _capi.XENT_I64, 0 if rows else 2, -100, 0.0, 0, 0,
+            _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0)
+
+
 def _rescale_impl(grad, dloss):
     n, c = grad.shape
-    key = (n, c, _row_stride(grad), _LOGIT[grad.dtype], _capi.XENT_I64, 0 if dloss.numel() > 1 else 2, -100,
-           0.0, 0, 0, _capi.XENT_OP_RESCALE, 0.0, 0.0, 0, 0, 0)
+    key = _rescale_key(n, c, _row_stride(grad), grad.dtype, dloss.numel() > 1)
     _launch(grad.device, key, logits=grad, grad=grad, dloss=dloss)
 
 
@@ -489,12 +493,12 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     args = (target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss), float(softcap),
             bool(return_lse))
     eager = _direct(input)
-    if eager and not (inplace_backward or return_lse) and torch.is_grad_enabled() and input.requires_grad:
-        loss = _fused_cpp(input, target, weight, int(ignore_index), red, float(label_smoothing), float(z_loss),
-                          float(softcap))
+    needs_grad = torch.is_grad_enabled() and input.requires_grad
+    if eager and needs_grad and not (inplace_backward or return_lse):
+        loss = _fused_cpp(input, *args[:-1])
         if loss is not None:
             return loss
-    if not (torch.is_grad_enabled() and input.requires_grad):
+    if not needs_grad:
         loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
     elif inplace_backward or eager:
         out = (_FusedInplace if inplace_backward else _FusedEager).apply(input, *args)

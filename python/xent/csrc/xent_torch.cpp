@@ -37,12 +37,6 @@ xent_dtype logit_dtype(const Tensor &x) {
     }
 }
 
-// Elements between row starts as the library takes them (as xent._ops._row_stride).
-int64_t row_stride(const Tensor &x) {
-    const int64_t n = x.size(0), c = x.size(1), rs = x.stride(0);
-    return n == 1 || rs < c ? c : rs;
-}
-
 void *stream_of(const Tensor &x) {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device()).native_handle();
 }
@@ -70,8 +64,7 @@ struct Fused : public torch::autograd::Function<Fused> {
         const Tensor x = aligned ? input : input.is_contiguous() ? input.clone() : input.contiguous();
         const int64_t n = x.size(0), c = x.size(1);
         xent_problem p;
-        xent_problem_init(&p, n, c);
-        p.row_stride = row_stride(x);
+        xent_problem_init(&p, n, c); // row_stride c: the rows of x are back to back
         p.logits = logit_dtype(x);
         p.targets = target.scalar_type() == at::kInt ? XENT_I32 : XENT_I64;
         p.reduction = static_cast<xent_reduction>(reduction);
@@ -109,8 +102,7 @@ struct Fused : public torch::autograd::Function<Fused> {
         // the upstream gradient as the rescale takes it: contiguous fp32, n floats (none) or 1
         const Tensor dl = g.scalar_type() == at::kFloat && g.is_contiguous() ? g : g.to(at::kFloat).contiguous();
         xent_problem p;
-        xent_problem_init(&p, grad.size(0), grad.size(1));
-        p.row_stride = row_stride(grad);
+        xent_problem_init(&p, grad.size(0), grad.size(1)); // row_stride c: grad is contiguous
         p.logits = logit_dtype(grad);
         p.reduction = rows ? XENT_REDUCE_NONE : XENT_REDUCE_MEAN;
         p.op = XENT_OP_RESCALE;
