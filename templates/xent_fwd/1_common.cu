@@ -45,7 +45,8 @@
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
  *   [0, 4)                  unsigned ticket of the last block
- *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean)
+ *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean), or
+ *                           of the segments when few rows are merged in one level (one_level)
  *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
  *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]

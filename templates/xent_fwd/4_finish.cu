@@ -11,10 +11,8 @@ __device__ __forceinline__ float published_f(const float *p) {
 }
 #include "shared/published.cuh"
 
-/* Split rows: publish this segment's partial and count its arrival; true
- * for the row's last segment, whose team then combines them all. */
-__device__ bool publish_segment(const acc &a, long long row, int seg, int split, unsigned *arrivals,
-                                float *parts) {
+/* Split rows: this segment's partial, for the team that merges the row. */
+__device__ __forceinline__ void store_segment(const acc &a, long long row, int seg, int split, float *parts) {
     float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
     mine[0] = a.m;
     mine[1] = a.s;
@@ -25,6 +23,13 @@ __device__ bool publish_segment(const acc &a, long long row, int seg, int split,
     mine[4] = a.sw;
 #endif
 #endif
+}
+
+/* Publish this segment's partial and count its arrival; true for the row's
+ * last segment, whose team then combines them all. */
+__device__ bool publish_segment(const acc &a, long long row, int seg, int split, unsigned *arrivals,
+                                float *parts) {
+    store_segment(a, row, seg, split, parts);
     return arrive(arrivals + row) == (unsigned)(split - 1);
 }
 
@@ -111,6 +116,66 @@ __device__ void finish_rows(const row_result &r, long long row, int lane, float 
     if (lane == 0) {
         write_loss(loss, l, wsum);
         *rows_done = 0u;
+    }
+}
+
+/* A sum or mean of few split rows in one level: rows of G = min(split, 32)
+ * lanes a row, each lane merging split / G segments, then its group by a
+ * butterfly; TPR / G rows a round. At most this many rounds: a second round
+ * (an L2 round trip of the last team) cost more than the second level's
+ * arrival it saves (7x1000003 at 64 segments of 128 threads, 2 rounds:
+ * 12.97 -> 13.38 us). */
+#define ONE_LEVEL_ROUNDS 1
+__device__ __forceinline__ int row_lanes(int split) { return split < 32 ? split : 32; }
+__device__ __forceinline__ bool one_level(long long n, int split) {
+    return n <= (long long)ONE_LEVEL_ROUNDS * (XENT_TPR / row_lanes(split));
+}
+
+/* Every segment arrives on one counter (the rows-finished count, unused
+ * then); the team of the last merges all rows (lanes, then butterflies, then
+ * rounds and the team's sum: a fixed order) and writes the loss. The other
+ * teams leave once their segment is published. Called by every lane of a
+ * team (TPR >= 32: the whole warp, or the whole block). */
+__device__ void finish_all(const acc &a, long long row, int seg, bool active, int lane, float *parts, long long n,
+                           int split, const target_t *targets, long long ignore_index, int c, float smoothing,
+                           const float *__restrict__ w, int *err, float *lse_out, float *loss, unsigned char *ws) {
+    __shared__ bool last_team;
+    unsigned *all_done = (unsigned *)(ws + 4);
+    bool last = false;
+    if (lane == 0 && active) {
+        store_segment(a, row, seg, split, parts);
+        last = arrive(all_done) == (unsigned)(n * split - 1);
+    }
+    if (XENT_TPR > 32) {
+        if (lane == 0) last_team = last;
+        __syncthreads(); /* also orders the team's reads after lane 0's acquire */
+        last = last_team;
+        __syncthreads(); /* every thread has read it before the next item's lane 0 writes it */
+    } else {
+        last = __shfl_sync(FULL_MASK, last, 0);
+        __syncwarp(); /* orders the team's reads after lane 0's acquire */
+    }
+    if (!last) return;
+    const int g_lanes = row_lanes(split), per = split / g_lanes, g = lane % g_lanes;
+    double l = 0.0, wsum = 0.0;
+    for (long long r0 = 0; r0 < n; r0 += XENT_TPR / g_lanes) {
+        const long long r = r0 + lane / g_lanes;
+        const bool has = r < n; /* the same in a group: its butterfly stays within it */
+        const long long t = has && g == 0 ? (long long)load_target(targets, r) : ignore_index;
+        acc b;
+        acc_init(b);
+        for (int q = 0; q < per && has; q++) acc_merge(b, published_segment(parts, r, g * per + q, split));
+        for (int o = g_lanes / 2; o > 0; o >>= 1) acc_merge(b, acc_shfl_xor(b, o));
+        if (has && g == 0) {
+            const row_result rr = finish_row(b, t, ignore_index, c, smoothing, w, err, lse_out, r);
+            l += rr.loss;
+            wsum += rr.weight;
+        }
+    }
+    block_sum2(l, wsum, XENT_TPR);
+    if (lane == 0) {
+        write_loss(loss, l, wsum);
+        *all_done = 0u;
     }
 }
 #endif

@@ -88,6 +88,13 @@ __device__ __forceinline__ void split_item(const kargs &k, const acc &a, long lo
     __shared__ bool last_team;
     unsigned *arrivals = split_arrivals(k);
     float *parts = split_parts(k);
+#if XENT_REDUCTION != 0
+    if (one_level(k.n, k.split)) { /* uniform: the launch's n and split */
+        finish_all(a, row, seg, active, lane, parts, k.n, k.split, k.targets, k.ignore_index, k.c, k.smoothing,
+                   k.weights, k.err, k.lse, k.loss, k.ws);
+        return;
+    }
+#endif
     bool last = lane == 0 && active && publish_segment(a, row, seg, k.split, arrivals, parts);
     if (XENT_TPR > 32) {
         if (lane == 0) last_team = last;
