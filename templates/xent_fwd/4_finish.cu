@@ -11,6 +11,25 @@ __device__ __forceinline__ float published_f(const float *p) {
 }
 #include "shared/published.cuh"
 
+/* Lane 0's flag v in every lane of the team, through the caller's shared
+ * slot when the team is a block; the barriers (or the warp's sync) also
+ * order the team's reads of what was published after lane 0's acquire, and
+ * the second barrier keeps the next item's lane 0 from overwriting the slot
+ * before every thread has read it. A macro, so that each caller keeps its
+ * own slot where it was in the shared layout. */
+#define LANE0_TO_TEAM(v, slot, lane)             \
+    do {                                         \
+        if (XENT_TPR > 32) {                     \
+            if ((lane) == 0) (slot) = (v);       \
+            __syncthreads();                     \
+            (v) = (slot);                        \
+            __syncthreads();                     \
+        } else {                                 \
+            (v) = __shfl_sync(FULL_MASK, (v), 0); \
+            __syncwarp();                        \
+        }                                        \
+    } while (0)
+
 /* Split rows: this segment's partial, for the team that merges the row. */
 __device__ __forceinline__ void store_segment(const acc &a, long long row, int seg, int split, float *parts) {
     float *mine = parts + ((size_t)row * split + seg) * PART_FLOATS;
@@ -146,15 +165,7 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
         store_segment(a, row, seg, split, parts);
         last = arrive(all_done) == (unsigned)(n * split - 1);
     }
-    if (XENT_TPR > 32) {
-        if (lane == 0) last_team = last;
-        __syncthreads(); /* also orders the team's reads after lane 0's acquire */
-        last = last_team;
-        __syncthreads(); /* every thread has read it before the next item's lane 0 writes it */
-    } else {
-        last = __shfl_sync(FULL_MASK, last, 0);
-        __syncwarp(); /* orders the team's reads after lane 0's acquire */
-    }
+    LANE0_TO_TEAM(last, last_team, lane);
     if (!last) return;
     const int g_lanes = row_lanes(split), per = split / g_lanes, g = lane % g_lanes;
     double l = 0.0, wsum = 0.0;

@@ -96,15 +96,7 @@ __device__ __forceinline__ void split_item(const kargs &k, const acc &a, long lo
     }
 #endif
     bool last = lane == 0 && active && publish_segment(a, row, seg, k.split, arrivals, parts);
-    if (XENT_TPR > 32) {
-        if (lane == 0) last_team = last;
-        __syncthreads(); /* also orders the team's reads after lane 0's acquire */
-        last = last_team;
-        __syncthreads(); /* every thread has read it before the next item's lane 0 writes it */
-    } else {
-        last = __shfl_sync(FULL_MASK, last, 0);
-        __syncwarp(); /* orders the team's reads after lane 0's acquire */
-    }
+    LANE0_TO_TEAM(last, last_team, lane);
     if (!last) return;
     acc b;
     acc_init(b);
