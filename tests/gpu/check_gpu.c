@@ -828,10 +828,13 @@ START_TEST(test_sweep) {
             cfg.persist = (int)rand_below(&s, 3);
             if (cfg.persist == 2) cfg.persist = 3; /* the static schedules: 0, 1 and the balanced grid */
             if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
-            if (k % 16 == 0 && !cfg.tile) {                          /* compiled above */
-                cfg.persist = 2;
-                if (probs[k].reduction != XENT_REDUCE_NONE && cfg.split == 1)
-                    cfg.split = 2; /* sums under PERSIST=2 need split rows (xent_config_fits) */
+            if (k % 16 == 0 && !cfg.tile) { /* compiled above */
+                xent_config dyn = cfg;
+                dyn.persist = 2;
+                if (probs[k].reduction != XENT_REDUCE_NONE && dyn.split == 1)
+                    dyn.split = 2; /* sums under PERSIST=2 need split rows (xent_config_fits) */
+                /* which take teams of a warp or more: a narrower team's sum keeps a static schedule */
+                if (xent_config_legal(&dyn, d, NULL, 0)) cfg = dyn;
             }
             int ci = 4;
             while (ci > 0 && sweep_c[ci] != probs[k].c) ci--;
