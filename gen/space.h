@@ -14,8 +14,8 @@
 #define XENT_TEMPLATE_VERSION 1
 #define XENT_FAMILY "xent_fwd"
 
-/* Kernel families: xent_fwd (the plain forward, templates/xent_fwd/) and xent_grad.cu (the
- * gradient, fused forward and backward, z-loss, soft-capping, shards). One
+/* Kernel families: xent_fwd (the plain forward, templates/xent_fwd/) and xent_grad
+ * (templates/xent_grad/: the gradient, fused forward and backward, z-loss, soft-capping, shards). One
  * config struct and one knob table serve both; a knob a family does not use
  * sits at its first value. */
 typedef enum xent_family { XENT_FAMILY_FWD = 0, XENT_FAMILY_GRAD = 1 } xent_family;

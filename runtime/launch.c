@@ -25,7 +25,7 @@ static int check_args(xent_plan *plan, const xent_args *a) {
     return XENT_OK;
 }
 
-/* The xent_grad.cu kernels' one argument, field for field. */
+/* The xent_grad kernels' one argument, field for field. */
 typedef struct grad_kargs {
     const void *logits, *targets;
     const float *weights;

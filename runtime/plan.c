@@ -43,7 +43,7 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-/* xent_grad.cu's workspace header: tickets, the weight sums, the denominator's partials. */
+/* xent_grad's workspace header: tickets, the weight sums, the denominator's partials. */
 #define GRAD_PARTS_AT (32 + 16 * 256)
 #define GRAD_DENOM_BLOCKS 256
 /* Blocks of the fixed kernels (combine, rescale) a multiprocessor gets. */

@@ -1,5 +1,5 @@
 /*
- * check_grad.c — the GPU suite of the training ops (xent_grad.cu): loss, lse
+ * check_grad.c — the GPU suite of the training ops (templates/xent_grad/): loss, lse
  * and gradient of the fused, backward, rescale and shard paths against the
  * float64 CPU reference (xent_ref_train), over a table of cases; then the
  * time of the fused and backward plans beside a device copy of the same bytes.
