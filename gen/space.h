@@ -15,9 +15,9 @@
 #define XENT_FAMILY "xent_fwd"
 
 /* Kernel families: xent_fwd (the plain forward, templates/xent_fwd/) and xent_grad
- * (templates/xent_grad/: the gradient, fused forward and backward, z-loss, soft-capping, shards). One
- * config struct and one knob table serve both; a knob a family does not use
- * sits at its first value. */
+ * (templates/xent_grad/: the gradient, fused forward and backward, z-loss,
+ * soft-capping, shards). One config struct and one knob table serve both; a
+ * knob a family does not use sits at its first value. */
 typedef enum xent_family { XENT_FAMILY_FWD = 0, XENT_FAMILY_GRAD = 1 } xent_family;
 /* The family that computes p. */
 xent_family xent_problem_family(const xent_problem *p);
