@@ -254,9 +254,13 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define REGS_FLOOR 72
 #endif
 #define REGS_CHUNK CHUNK_REGS
+/* 16-bit weighted smoothing over a two-pass chunk of 64 logits spilled 16-32
+ * bytes at 128 registers (4 blocks of 128 threads): WIDE_WEIGHTED asks for
+ * one block fewer there. */
+#define WIDE_WEIGHTED (XENT_LOGIT != 0 && XENT_SMOOTHING && XENT_WEIGHTS && XENT_PASSES == 2 && XENT_ITEMS * VWORDS >= 32)
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + (XENT_LOGIT ? 16 : 32) * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
-     32 * XENT_SMOOTHING * XENT_WEIGHTS * (XENT_POLY != 0) + 16 * XENT_DYNAMIC)
+     32 * XENT_SMOOTHING * XENT_WEIGHTS * ((XENT_POLY != 0) || WIDE_WEIGHTED) + 16 * XENT_DYNAMIC)
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
 #define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
