@@ -279,9 +279,32 @@ static void fit_team(xent_config *cfg, const xent_problem *p) {
     if (cfg->items > fit) cfg->items = (int)fit;
 }
 
-void xent_config_fit_rows(xent_config *cfg, const xent_problem *p) {
+static const xent_knob *knob_named(const char *name, size_t n);
+
+/* Every tuned PERSIST=2 winner split its rows; unsplit, a config keeps the
+ * static grid (PERSIST=2 sums of whole rows are not bitwise reproducible). */
+static void set_split(xent_config *cfg, int split) {
+    cfg->split = split;
+    if (cfg->persist == 2 && split == 1) cfg->persist = 1;
+}
+
+/* Segments a row for p's rows from a split made for n_from: about as many
+ * teams as the entry ran (rows x segments), since splitting is there to fill
+ * the GPU when rows are few; none where p's rows alone are as many. */
+static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
+    const xent_knob *k = knob_named("SPLIT", 5);
+    const int most = k->values[k->nvalues - 1];
+    if (cfg->split == 1 || n_from <= 0) return;
+    int64_t teams = n_from * cfg->split;
+    int split = 1;
+    while (split < most && 2 * split * p->n <= teams) split *= 2;
+    set_split(cfg, split);
+}
+
+void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
     xent_config fitted = *cfg;
+    fit_split(&fitted, n_from, p);
     int v = row_vec(p);
     if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
         long items = (long)cfg->items * cfg->vec / v, most = chunk_limit(cfg->block) / v;
@@ -762,9 +785,7 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->block = h->block;
     narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
     cfg->items = heur_items(h, cfg, p->logits);
-    cfg->split = heur_split(p, sm_count, cfg);
-    /* every tuned PERSIST=2 winner split its rows; unsplit, keep the static grid */
-    if (cfg->persist == 2 && cfg->split == 1) cfg->persist = 1;
+    set_split(cfg, heur_split(p, sm_count, cfg));
     return 1;
 }
 

@@ -105,12 +105,13 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 /* Whether the training family's fused kernel reads p's rows twice under cfg
  * (a block's slice longer than its chunk): EVICT's rows. */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
-/* A config tuned for other rows (the nearest entry's), fitted to p's: its
- * vector narrowed to the one p's rows load (short rows aligned to less than
- * the config's vector) with as many elements a chunk, its team narrowed to
- * the vectors of a row's segment and its chunk to a lane's share; unchanged
- * where that does not fit. */
-void xent_config_fit_rows(xent_config *cfg, const xent_problem *p);
+/* A config tuned for other rows (the nearest entry's, of n_from rows; 0:
+ * unknown), fitted to p's: its segments a row scaled so that rows x segments
+ * stay about the entry's (split rows only), its vector narrowed to the one
+ * p's rows load (short rows aligned to less than the config's vector) with as
+ * many elements a chunk, its team narrowed to the vectors of a row's segment
+ * and its chunk to a lane's share; unchanged where that does not fit. */
+void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p);
 /* Whether a training-family config tuned for rows of c_from classes suits
  * p's rows as they are: a row it held in registers is held here too, at least
  * a quarter of the chunk used, and a row it took chunk by chunk is longer
