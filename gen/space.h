@@ -110,7 +110,8 @@ int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
  * stay about the entry's (split rows only), its vector narrowed to the one
  * p's rows load (short rows aligned to less than the config's vector) with as
  * many elements a chunk, its team narrowed to the vectors of a row's segment
- * and its chunk to a lane's share; unchanged where that does not fit. */
+ * and its chunk to a lane's share, and two passes made one where the segment
+ * outgrows a chunk; unchanged where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p);
 /* Whether a training-family config tuned for rows of c_from classes suits
  * p's rows as they are: a row it held in registers is held here too, at least

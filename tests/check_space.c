@@ -508,11 +508,13 @@ static const heur_case heur_cases[] = {
     {18242, 1151, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
 };
 
-/* A config made for other rows (a nearest entry's), fitted to a problem's:
- * narrowed to the vector short rows' alignment takes, as many elements a
- * chunk; its team narrowed to the row's vectors and its chunk to the team's
- * share; left alone for rows it already suits, long rows, split rows whose
- * segments it suits, the tile path and the training family. */
+/* A config made for other rows (a nearest entry's, of n_from rows), fitted
+ * to a problem's: its segments a row scaled to keep the entry's rows x
+ * segments; narrowed to the vector short rows' alignment takes, as many
+ * elements a chunk; its team narrowed to the row's vectors and its chunk to
+ * the team's share; two passes made one over rows longer than its chunk;
+ * left alone for rows it already suits, long rows, split rows whose segments
+ * it suits, the tile path and the training family. */
 typedef struct fit_case {
     int64_t n, c, stride;
     xent_dtype d;
