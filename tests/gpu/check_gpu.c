@@ -677,7 +677,8 @@ static const char *const split_cfgs[] = {
 START_TEST(test_split_smoothing) {
     static const int splits[] = {2, 8, 128};
     /* few rows too: a sum or mean of those is merged in one level by the last
-     * team where one round of it covers them; 12 and 100 rows mostly do not */
+     * team where one round of it covers them (12 and 100 rows: under some of
+     * these splits and teams, not under others) */
     static const int64_t shapes[][2] = {{154, 7}, {677, 7}, {300, 33}, {3, 7}, {9, 33}, {12, 33}, {100, 7}};
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     int ran = 0, ok = 0, idx = 0;
