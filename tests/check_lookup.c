@@ -121,6 +121,17 @@ static const lookup_case cases[] = {
      "answered by h200 32768x4096 f32 i64 mean", "sum"},
     {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 f32 i64 mean (nearest): stale", "none"},
+    /* a nearest entry fitted to the problem's rows: a split keeps about the
+     * entry's rows x segments (16x262144's 16 segments, 64x32000's 2), and two
+     * passes over a row longer than the chunk become one (1048576x100's) */
+    {"h200 few rows take more segments", "h200", 90, 132, 7, 1000003, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=32 PERSIST=0", NULL, NULL},
+    {"h200 more rows take none", "h200", 90, 132, 229, 12489, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 POLY=8",
+     "answered by h200 64x32000 bf16 i64 mean (another kind)", "f16 weights"},
+    {"h200 longer rows take one pass", "h200", 90, 132, 367696, 217, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     "VEC=2 TPR=2 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "answered by h200 1048576x100 bf16 i64 mean (another kind)", "bf16 i32 weights"},
     /* a training entry answers rows it holds as it held its own: a held row
      * near its length, not a row past its chunk, nor one that fills a quarter */
     {"h200 fused nearest, held", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
