@@ -21,6 +21,22 @@ static inline int test_every(void) {
     return every;
 }
 
+/* XENT_TEST_OFFSET=j with XENT_TEST_EVERY=k: the subset starts at the j-th
+ * case (0 <= j < k), so that k runs with offsets 0 to k-1 cover every case
+ * between them (a sweep longer than one device call). Default 0. */
+static inline int test_offset(void) {
+    static int offset = -1;
+    if (offset < 0) {
+        const char *e = getenv("XENT_TEST_OFFSET");
+        offset = e && atoi(e) > 0 ? atoi(e) % test_every() : 0;
+        if (offset > 0) printf("XENT_TEST_OFFSET=%d: from the %d-th case\n", offset, offset);
+    }
+    return offset;
+}
+
+/* Whether case i is in the subset XENT_TEST_EVERY and XENT_TEST_OFFSET pick. */
+static inline int test_picked(size_t i) { return (int)(i % (size_t)test_every()) == test_offset(); }
+
 /* XENT_TEST_ONLY=text: the tests that honour it run only the cases whose
  * name holds text (printed when set). */
 static inline int test_selected(const char *name) {

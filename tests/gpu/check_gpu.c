@@ -57,7 +57,8 @@
  * Environment: XENT_TEST_SEED (repeat a run's inputs; the seed is printed),
  * XENT_TEST_DEVICE (ordinal, default 0), XENT_TEST_JOBS (compile threads,
  * default the CPU count), XENT_TEST_EVERY (a subset: every k-th config of
- * the space and of the split cases; default 1 = all), and Check's CK_RUN_CASE,
+ * the space and of the split cases; default 1 = all), XENT_TEST_OFFSET (the
+ * subset's first, 0 to k-1: k runs cover every case), and Check's CK_RUN_CASE,
  * CK_FORK, CK_TIMEOUT_MULTIPLIER. Kernels go through the library's caches
  * (XENT_KERNEL_CACHE), so a second run compiles nothing.
  *
@@ -686,7 +687,7 @@ START_TEST(test_split_smoothing) {
         for (int si = 0; si < 3; si++)
             for (int persist = 0; persist < 4; persist++)
                 for (int k = 0; k < nshapes; k++) {
-                    if (idx++ % test_every()) continue;
+                    if (!test_picked((size_t)idx++)) continue;
                     spec sp;
                     spec_init(&sp, "split+smoothing", shapes[k][0], shapes[k][1]);
                     sp.red = (si + k) % 2 ? XENT_REDUCE_MEAN : XENT_REDUCE_NONE;
@@ -739,7 +740,9 @@ static void sweep_problem(xent_dtype d, size_t i, xent_problem *p) {
 /* The sweep's selection, so that one device call of ten minutes can run a
  * part of it: XENT_TEST_SWEEP_DTYPES (e.g. "f16,bf16"), XENT_TEST_SWEEP_MATCH
  * (configs whose text holds it, e.g. "TILE=1"), XENT_TEST_EVERY (every
- * k-th). A selection is printed, never silent. */
+ * k-th) and XENT_TEST_OFFSET (from the j-th). A selection is printed, never
+ * silent; a config's problem depends on its index in the space alone, so the
+ * parts of a sweep split across calls are the whole sweep's. */
 static int sweep_dtype_selected(xent_dtype d) {
     const char *e = getenv("XENT_TEST_SWEEP_DTYPES");
     if (!e || !*e) return 1;
@@ -770,7 +773,7 @@ START_TEST(test_sweep) {
         S->sweep_not_run++;
         return;
     }
-    size_t every = (size_t)test_every();
+    size_t every = (size_t)test_every(), offset = (size_t)test_offset();
     size_t total = xent_space_enumerate(d, NULL, 0, NULL, 0);
     ck_assert_uint_gt(total, 0);
     xent_config *all = malloc(total * sizeof *all);
@@ -778,16 +781,17 @@ START_TEST(test_sweep) {
     ck_assert_uint_eq(xent_space_enumerate(d, NULL, 0, all, total), total);
     total = sweep_select(all, total);
     ck_assert_msg(total > 0, "XENT_TEST_SWEEP_MATCH=%s selects no config", getenv("XENT_TEST_SWEEP_MATCH"));
-    size_t count = (total + every - 1) / every;
+    size_t count = total > offset ? (total - offset + every - 1) / every : 0;
+    ck_assert_msg(count > 0, "XENT_TEST_OFFSET=%zu selects no config", offset);
     xent_config *cfgs = malloc(count * sizeof *cfgs);
     xent_problem *probs = malloc(count * sizeof *probs);
     int *rcs = calloc(count, sizeof *rcs);
     ck_assert(cfgs && probs && rcs);
     for (size_t k = 0; k < count; k++) {
         char why[256];
-        cfgs[k] = all[k * every];
+        cfgs[k] = all[offset + k * every];
         ck_assert_msg(xent_config_legal(&cfgs[k], d, why, sizeof why), "enumerated config is illegal: %s", why);
-        sweep_problem(d, k * every, &probs[k]);
+        sweep_problem(d, offset + k * every, &probs[k]);
     }
     char label[64];
     snprintf(label, sizeof label, "configs %s", dt_name(d));
@@ -1116,8 +1120,8 @@ int main(void) {
            "run %.0f s)\n",
            S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->cfg_spilled, S->sweep_compile_s,
            S->sweep_run_s);
-    const char *sel[3] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_EVERY"};
-    for (int k = 0; k < 3; k++)
+    const char *sel[4] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_EVERY", "XENT_TEST_OFFSET"};
+    for (int k = 0; k < 4; k++)
         if (getenv(sel[k]) && *getenv(sel[k]))
             printf("configs: a partial sweep: %s=%s (%d dtype(s) not run)\n", sel[k], getenv(sel[k]), S->sweep_not_run);
     if (S->timed)
