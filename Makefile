@@ -88,7 +88,9 @@ $(BUILD)/libxent-tune.a: $(TUNE_OBJ)
 $(BUILD)/xent.pc: tools/xent.pc.in $(BUILD)/prefix include/xent.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIB@|$(CUDA)/lib64|' $< > $@
 
-$(BUILD)/xent-tune: $(BUILD)/tools/xent-tune.o $(BUILD)/tools/json.o $(BUILD)/libxent-tune.a $(BUILD)/libxent.a
+# xent-tune in four parts (tools/xent-tune-cli.h says which does what)
+XENT_TUNE_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/xent-tune*.c))
+$(BUILD)/xent-tune: $(XENT_TUNE_OBJ) $(BUILD)/tools/json.o $(BUILD)/libxent-tune.a $(BUILD)/libxent.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The example is the program a user copies: compiled with the public header
@@ -172,8 +174,8 @@ FUZZ_MAXLEN_fuzz_import := 8192
 fuzz-build:
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CFLAGS='$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link' \
 		LDFLAGS='-fsanitize=address,undefined' $(FUZZ_BUILD)/libxent.a $(FUZZ_BUILD)/libxent-tune.a
-# the targets that include tools/xent-tune.c link its JSON writer too
-$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) tools/xent-tune.c tools/json.c fuzz-build
+# the targets that include tools/xent-tune*.c link its JSON writer too
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(wildcard tools/xent-tune*.c) tools/json.c fuzz-build
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(XCFLAGS) -o $@ $< tools/json.c $(FUZZ_BUILD)/libxent-tune.a $(FUZZ_BUILD)/libxent.a \
 		$(LIBS) -Wl,-rpath,$(CUDA)/lib64

@@ -1,5 +1,5 @@
 /*
- * check_cli.c — tests of the xent-tune command (tools/xent-tune.c), run as a
+ * check_cli.c — tests of the xent-tune command (tools/xent-tune*.c), run as a
  * child process: exit codes, messages, --dry-run, --compile-only, a tune
  * without a GPU, and the tune-cache commands (show, export, import).
  *
