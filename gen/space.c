@@ -271,12 +271,17 @@ static void narrow_team(xent_config *cfg, long seg) {
 
 /* A team no wider than a segment's vectors, and a chunk no longer than its
  * share (the tuner's pruning in relevant()): a config made for longer rows
- * otherwise leaves lanes idle and loads masked out. */
+ * otherwise leaves lanes idle and loads masked out. Two passes win only over
+ * a segment held in one chunk (every shipped PASSES=2 winner holds its
+ * segment so, and no winner of several chunks takes them), so a segment that
+ * outgrows the chunk takes one pass instead of being read twice (367696x217
+ * bf16 with 1048576x100's config: 89.6 us, tuned 57.6). */
 static void fit_team(xent_config *cfg, const xent_problem *p) {
     long seg = seg_vectors(cfg, p);
     narrow_team(cfg, seg);
     long fit = lane_items(cfg, seg);
     if (cfg->items > fit) cfg->items = (int)fit;
+    if (cfg->passes == 2 && cfg->items < fit) cfg->passes = 1;
 }
 
 static const xent_knob *knob_named(const char *name, size_t n);
@@ -292,9 +297,9 @@ static void set_split(xent_config *cfg, int split) {
  * teams as the entry ran (rows x segments), since splitting is there to fill
  * the GPU when rows are few; none where p's rows alone are as many. */
 static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
+    if (cfg->split == 1 || n_from <= 0) return;
     const xent_knob *k = knob_named("SPLIT", 5);
     const int most = k->values[k->nvalues - 1];
-    if (cfg->split == 1 || n_from <= 0) return;
     int64_t teams = n_from * cfg->split;
     int split = 1;
     while (split < most && 2 * split * p->n <= teams) split *= 2;
@@ -312,11 +317,6 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
         fitted.vec = v;
     }
     fit_team(&fitted, p);
-    /* Two passes win only over a segment held in one chunk: every shipped
-     * PASSES=2 winner holds its segment so, and no winner of several chunks
-     * takes them. Longer rows take one pass instead of reading the row twice
-     * (367696x217 bf16 with 1048576x100's config: 89.6 us, tuned 57.6). */
-    if (fitted.passes == 2 && seg_vectors(&fitted, p) > (long)fitted.tpr * fitted.items) fitted.passes = 1;
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
