@@ -91,11 +91,13 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
  * workspace; a legal config tuned for another shape may not. */
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
- * group a round) when `resident` blocks fit the GPU at once: every group
- * unless persistent; PERSIST 1 and 2 fill the GPU; PERSIST=3 keeps the
- * rounds of 1 but the fewest blocks that need them, so that no block has a
- * last round the others lack (8192 groups over 528 resident: 512 blocks of
- * 16 rounds, not 528 of which half run a 16th). */
+ * group a round) when `resident` blocks fit the GPU at once: PERSIST 1 and 2
+ * fill the GPU; PERSIST=3 keeps the rounds of 1 but the fewest blocks that
+ * need them, so that no block has a last round the others lack (8192 groups
+ * over 528 resident: 512 blocks of 16 rounds, not 528 of which half run a
+ * 16th); PERSIST=0 launches every group, but for groups of more than one
+ * round and less than two, which take 3's two even rounds instead of a
+ * second, partial round of blocks (412 groups over 396: 206 blocks). */
 long long xent_persistent_grid(long long groups, long long resident, int persist);
 /* Dynamic shared memory a launch of cfg needs for p (bytes). */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);

@@ -83,7 +83,7 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, c
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) return grad_launch_shape(ctx, fn, p, cfg, grid, workspace);
     long long teams = cfg->block / cfg->tpr;
     long long groups = (p->n * cfg->split + teams - 1) / teams;
-    if (cfg->persist) {
+    {
         int per_sm = 0;
         CUresult r =
             ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));

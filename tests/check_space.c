@@ -233,6 +233,10 @@ END_TEST
 
 START_TEST(persistent_grids) {
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 0), 8192); /* not persistent: every group */
+    ck_assert_int_eq(xent_persistent_grid(792, 396, 0), 792);   /* two whole rounds */
+    ck_assert_int_eq(xent_persistent_grid(396, 396, 0), 396);   /* one round */
+    ck_assert_int_eq(xent_persistent_grid(412, 396, 0), 206);   /* not a partial second round */
+    ck_assert_int_eq(xent_persistent_grid(791, 396, 0), 396);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 1), 528);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 2), 528);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 3), 512); /* 16 rounds each, none left over */
