@@ -820,6 +820,7 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
     cfg->items = heur_items(h, cfg, p->logits);
     set_split(cfg, heur_split(p, sm_count, cfg));
+    fit_chunks(cfg, p);
     return 1;
 }
 

@@ -157,3 +157,14 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     xent_config_heuristic(p, key->sm_count, cfg);
     return XENT_SOURCE_HEURISTIC;
 }
+
+xent_source xent_lookup_offline(const char *gpu, int arch, int sm_count, const xent_problem *p, xent_config *cfg,
+                                tc_answer *a) {
+    xent_caches caches;
+    tc_key key;
+    xent_caches_open(&caches, gpu, arch, sm_count, xent_datadir());
+    xent_tc_key_for(gpu, arch, sm_count, p, &key);
+    xent_source src = xent_choose_config(&caches, &key, p, cfg, a);
+    xent_caches_close(&caches);
+    return src;
+}

@@ -8,11 +8,11 @@
 #include "gen/gen.h"
 #include "runtime/runtime.h"
 
-void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
+void xent_tc_key_for(const char *gpu, int arch, int sm_count, const xent_problem *p, tc_key *key) {
     memset(key, 0, sizeof *key);
-    snprintf(key->gpu, sizeof key->gpu, "%s", ctx->info.key);
-    key->arch = ctx->arch;
-    key->sm_count = ctx->info.sm_count;
+    snprintf(key->gpu, sizeof key->gpu, "%s", gpu);
+    key->arch = arch;
+    key->sm_count = sm_count;
     snprintf(key->family, sizeof key->family, "%s", xent_problem_family_name(p));
     key->logits = p->logits;
     key->targets = p->targets;
@@ -25,6 +25,10 @@ void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
     key->c = p->c;
     key->template_version = XENT_TEMPLATE_VERSION;
     xent_tc_stamp(key);
+}
+
+void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key) {
+    xent_tc_key_for(ctx->info.key, ctx->arch, ctx->info.sm_count, p, key);
 }
 
 /* The caches are opened at the first plan miss; an unreadable one is noted, not fatal. */
@@ -280,12 +284,16 @@ int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_plan **plan)
 
 xent_source xent_plan_source(const xent_plan *plan) { return plan ? plan->source : XENT_SOURCE_HEURISTIC; }
 
+const char *xent_source_text(xent_source s) {
+    static const char *sources[] = {"user-db", "shipped", "nearest", "heuristic", "explicit", "arch"};
+    return (unsigned)s < sizeof sources / sizeof sources[0] ? sources[s] : "unknown";
+}
+
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;
-    static const char *sources[] = {"user-db", "shipped", "nearest", "heuristic", "explicit", "arch"};
     char cfg[200];
     xent_config_format(&plan->config, cfg, sizeof cfg);
-    int w = snprintf(buf, len, "%s source=%s%s%s grid=%u regs=%d%s%s", cfg, sources[plan->source],
+    int w = snprintf(buf, len, "%s source=%s%s%s grid=%u regs=%d%s%s", cfg, xent_source_text(plan->source),
                      plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->registers,
                      plan->note[0] ? " note=" : "", plan->note);
     return w >= 0 && (size_t)w < len ? XENT_OK : XENT_EINVAL;

@@ -93,6 +93,8 @@ void xent_plan_destroy(xent_plan *plan);
 
 /* The tune-cache key of a problem on this context's device. */
 void xent_tc_key(const xent_context *ctx, const xent_problem *p, tc_key *key);
+/* The same for a GPU named by its key, architecture and SM count. */
+void xent_tc_key_for(const char *gpu, int arch, int sm_count, const xent_problem *p, tc_key *key);
 
 /* Set key's stamps: the hash of its family's template and the NVRTC version. */
 void xent_tc_stamp(tc_key *key);
@@ -119,6 +121,15 @@ void xent_caches_close(xent_caches *c);
  * passed over. */
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a);
+
+/* What the runtime on GPU gpu (its architecture and SM count) would run for
+ * p without a GPU present: the caches opened as a context opens them, the
+ * chain of xent_choose_config, the caches closed. */
+xent_source xent_lookup_offline(const char *gpu, int arch, int sm_count, const xent_problem *p, xent_config *cfg,
+                                tc_answer *a);
+
+/* "nearest": a plan source as xent_plan_describe names it. */
+const char *xent_source_text(xent_source s);
 
 /* The short GPU key ("h200") of a device name ("NVIDIA H200"). */
 void xent_gpu_key(const char *name, char *key, size_t len);

@@ -176,6 +176,7 @@ static void parse_section(char **lines, int nlines, int *at, section *s, const r
                   "%s: after %d candidates expected '# heuristic: CONFIG', got '%s'", r->cmd, s->count, heur);
     s->heuristic = heur + 13;
     *at += s->count + 2;
+    if (*at < nlines && strncmp(lines[*at], "# lookup on ", 12) == 0) ++*at; /* with --gpu KEY */
 }
 
 /* ---- usage errors: exit 2 and the reason ------------------------------------- */
@@ -503,12 +504,12 @@ START_TEST(test_dry_run_one_shape) {
     free_lines(lines);
     result_free(&r);
 
-    /* The same again, and the SM count follows --gpu. */
+    /* The same again, and the SM count and architecture follow --gpu. */
     result again = RUN("--dry-run", "--shape", "32768x4096");
     expect_code(&again, 0);
     result a100 = RUN("--dry-run", "--shape", "32768x4096", "--gpu", "a100");
     expect_code(&a100, 0);
-    expect_in("stdout", a100.out, "candidates (sm_90, 108 SMs)", &a100);
+    expect_in("stdout", a100.out, "candidates (sm_80, 108 SMs)", &a100);
     result_free(&again);
     result_free(&a100);
 }
@@ -1259,6 +1260,48 @@ START_TEST(test_long_cache_path) {
 }
 END_TEST
 
+/* --dry-run --gpu KEY: what the runtime on that GPU would run, from the
+ * shipped caches of $XENT_DATADIR, without a GPU. */
+typedef struct lookup_case {
+    const char *gpu, *shape, *dtype;
+    int arch;           /* in the header */
+    const char *want;   /* in the lookup line */
+} lookup_case;
+
+static const lookup_case lookup_cases[] = {
+    {"h200", "32768x4096", "f32", 90, "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 "},
+    {"h200", "32768x4096", "f32", 90, " source=shipped cache=h200"},
+    {"h100", "32768x4096", "f32", 90, " source=arch cache=h200"},
+    {"h200", "13183x2505", "f16", 90, " source=nearest cache=h200 note=answered by h200 8192x4096 bf16 i64 mean"},
+    {"l40s", "32768x4096", "f32", 89, " source=heuristic"},
+};
+
+START_TEST(test_dry_run_lookup) {
+    char datadir[4200], cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    snprintf(datadir, sizeof datadir, "XENT_DATADIR=%s/tunecache", cwd);
+    child_env[0] = datadir;
+    for (size_t i = 0; i < sizeof lookup_cases / sizeof lookup_cases[0]; i++) {
+        const lookup_case *t = &lookup_cases[i];
+        char header[40], line[40];
+        result r = RUN("--dry-run", "--gpu", t->gpu, "--shape", t->shape, "--dtype", t->dtype, "--config",
+                       "VEC=4 TPR=32 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1");
+        expect_code(&r, 0);
+        snprintf(header, sizeof header, "(sm_%d, ", t->arch);
+        snprintf(line, sizeof line, "\n# lookup on %s: VEC=", t->gpu);
+        expect_in("stdout", r.out, header, &r);
+        expect_in("stdout", r.out, line, &r);
+        expect_in("stdout", r.out, t->want, &r);
+        result_free(&r);
+    }
+    /* without a named GPU there is none to look up for */
+    result r = RUN("--dry-run", "--shape", "8x8");
+    expect_code(&r, 0);
+    ck_assert_msg(!strstr(r.out, "# lookup on"), "%s: a lookup line without --gpu:\n%s", r.cmd, r.out);
+    result_free(&r);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------------------------- */
 
 static Suite *cli_suite(void) {
@@ -1286,6 +1329,7 @@ static Suite *cli_suite(void) {
         {"dry-run", 60, test_dry_run_problem_options},
         {"dry-run", 60, test_row_stride},
         {"dry-run", 60, test_dry_run_shapes_file},
+        {"dry-run", 60, test_dry_run_lookup},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_1x1},
         {"compile-only", 2 * COMPILE_S + 60, test_compile_only_4x7_bf16},
         {"compile-only", COMPILE_S + 60, test_config_option},

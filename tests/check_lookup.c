@@ -56,12 +56,7 @@ static void ship_h200(const char *datadir, int stale) {
 
 /* The key the runtime makes for p on a presented GPU. */
 static void key_for(const char *gpu, int arch, int sm, const xent_problem *p, tc_key *key) {
-    static xent_context ctx;
-    memset(&ctx, 0, sizeof ctx);
-    snprintf(ctx.info.key, sizeof ctx.info.key, "%s", gpu);
-    ctx.arch = arch;
-    ctx.info.sm_count = sm;
-    xent_tc_key(&ctx, p, key);
+    xent_tc_key_for(gpu, arch, sm, p, key);
 }
 
 static void put_user(const tc_key *key, const char *config) {

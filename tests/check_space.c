@@ -495,6 +495,8 @@ static const heur_case heur_cases[] = {
     /* a shape between entries: its band's cell (fp16 reads the 2-byte cells) */
     {65536, 8192, XENT_F16, "VEC=8 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"},
     {12288, 50257, XENT_BF16, "VEC=8 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"},
+    /* a cell's chunk halved where a row's last chunk would be mostly empty (fit_chunks) */
+    {5501, 16908, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     /* 8x50257's VEC=1 ITEMS=32 chunk is 128 bytes: ITEMS=8 at VEC=4; its 16 segments
      * are the rule's 64 (8 rows x 64 x 128 threads within 497 threads an SM) */
     {8, 50257, XENT_F32, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=64 PERSIST=1"},

@@ -13,6 +13,7 @@
 
 #include "common/files.h"
 #include "gen/gen.h"
+#include "runtime/runtime.h"
 #include "tools/json.h"
 #include "tools/xent-tune.h"
 #include "tune/tune.h"
@@ -52,9 +53,18 @@ void describe_problem(const xent_problem *p, char *buf, size_t len) {
              p->z_loss > 0 ? " z-loss" : "", p->softcap > 0 ? " softcap" : "");
 }
 
+static const xent_gpu_spec *offline_gpu(const cli *o) { return strcmp(o->gpu, "auto") ? xent_gpu_find(o->gpu) : NULL; }
+
+/* The SM count and architecture without a GPU: --gpu's, else an H200's
+ * (--arch, when given, names the architecture). */
 static int offline_sm_count(const cli *o) {
-    const xent_gpu_spec *g = strcmp(o->gpu, "auto") ? xent_gpu_find(o->gpu) : NULL;
+    const xent_gpu_spec *g = offline_gpu(o);
     return g ? g->sms[0] : 132;
+}
+
+static int offline_arch(const cli *o) {
+    const xent_gpu_spec *g = offline_gpu(o);
+    return o->arch ? o->arch : g ? g->cc : 90;
 }
 
 /* 0 when every --config can run p, else EXIT_USAGE with the reason on stderr. */
@@ -95,6 +105,18 @@ static void heuristic_text(const cli *o, const xent_problem *p, char *buf, size_
     xent_config_format(&h, buf, len);
 }
 
+/* What the runtime on --gpu KEY would run for p, from the caches it reads
+ * ($XENT_TUNECACHE, $XENT_DATADIR): "CONFIG source=nearest cache=h200 note=...". */
+static void lookup_text(const cli *o, const xent_problem *p, char *buf, size_t len) {
+    xent_config cfg;
+    tc_answer a;
+    char text[200];
+    xent_source src = xent_lookup_offline(o->gpu, offline_arch(o), offline_sm_count(o), p, &cfg, &a);
+    xent_config_format(&cfg, text, sizeof text);
+    snprintf(buf, len, "%s source=%s%s%s%s%s", text, xent_source_text(src), a.cache[0] ? " cache=" : "", a.cache,
+             a.note[0] ? " note=" : "", a.note);
+}
+
 int cmd_dry_run(const cli *o) {
     json j;
     if (o->json) {
@@ -104,7 +126,7 @@ int cmd_dry_run(const cli *o) {
     int rc = 0;
     for (int i = 0; !rc && i < o->nshapes; i++) {
         xent_problem p;
-        char what[160], cfg[200];
+        char what[160], cfg[200], looked[1100];
         xent_config *cfgs;
         problem_for(o, i, &p);
         describe_problem(&p, what, sizeof what);
@@ -116,11 +138,11 @@ int cmd_dry_run(const cli *o) {
         if (o->json) {
             json_object(&j, NULL);
             json_problem(&j, "problem", &p);
-            json_int(&j, "arch", o->arch);
+            json_int(&j, "arch", offline_arch(o));
             json_int(&j, "sm_count", offline_sm_count(o));
             json_array(&j, "candidates");
         } else {
-            printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, o->arch, offline_sm_count(o));
+            printf("# %s: %d candidates (sm_%d, %d SMs)\n", what, n, offline_arch(o), offline_sm_count(o));
         }
         for (int k = 0; k < n; k++) {
             xent_config_format(&cfgs[k], cfg, sizeof cfg);
@@ -130,12 +152,16 @@ int cmd_dry_run(const cli *o) {
                 printf("%s\n", cfg);
         }
         heuristic_text(o, &p, cfg, sizeof cfg);
+        int offline = strcmp(o->gpu, "auto") != 0; /* a named GPU: what its runtime would run */
+        if (offline) lookup_text(o, &p, looked, sizeof looked);
         if (o->json) {
             json_end(&j);
             json_string(&j, "heuristic", cfg);
+            if (offline) json_string(&j, "lookup", looked);
             json_end(&j);
         } else {
             printf("# heuristic: %s\n", cfg);
+            if (offline) printf("# lookup on %s: %s\n", o->gpu, looked);
         }
         free(cfgs);
     }
@@ -172,7 +198,7 @@ static void compile_all(const cli *o, const xent_problem *p, const xent_config *
     bar b = {isatty(2), o->quiet, 0};
     for (int at = 0; at < n; at += chunk) {
         int m = n - at < chunk ? n - at : chunk;
-        xent_compile_many(cfgs + at, m, p, 1, o->arch, threads, status + at, bins + at, errs + at);
+        xent_compile_many(cfgs + at, m, p, 1, offline_arch(o), threads, status + at, bins + at, errs + at);
         for (int k = at; k < at + m; k++) xent_cubin_free(&bins[k]);
         progress(&b, at + m, n, 0, "compile");
     }
@@ -216,15 +242,15 @@ static int compile_problem(const cli *o, json *j, int i, int *failed) {
     char(*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
     int rc = status && bins && errs ? 0 : 1;
     if (!rc) {
-        if (!o->quiet) fprintf(stderr, "compiling %d candidates of %s for sm_%d\n", n, what, o->arch);
+        if (!o->quiet) fprintf(stderr, "compiling %d candidates of %s for sm_%d\n", n, what, offline_arch(o));
         compile_all(o, &p, cfgs, n, status, bins, errs);
         if (j) {
             json_object(j, NULL);
             json_problem(j, "problem", &p);
-            json_int(j, "arch", o->arch);
+            json_int(j, "arch", offline_arch(o));
             json_array(j, "results");
         } else {
-            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, o->arch, "regs", "spill",
+            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, offline_arch(o), "regs", "spill",
                    "stack", "smem", "config");
         }
         for (int k = 0; k < n; k++) {

@@ -61,9 +61,10 @@ static void usage(FILE *f) {
             "      --stamp                import: mark the cache's unstamped entries as made by this\n"
             "                             build's templates and NVRTC (only for a cache tuned with them)\n"
             "no GPU needed:\n"
-            "  -n, --dry-run              print the candidate configurations\n"
+            "  -n, --dry-run              print the candidate configurations (with --gpu KEY, also\n"
+            "                             the config the runtime on KEY would run)\n"
             "  -c, --compile-only         compile the candidates and print registers and spills\n"
-            "  -a, --arch sm_XX           architecture for those two (default sm_90)\n"
+            "  -a, --arch sm_XX           architecture for those two (default: --gpu's, else sm_90)\n"
             "output:\n"
             "      --json                 JSON on stdout instead of tables (tune, show, --dry-run,\n"
             "                             --compile-only); numbers JSON cannot hold are null\n"
@@ -378,7 +379,7 @@ int main(int argc, char **argv) {
     o.gpu = "auto";
     o.budget = 30;
     o.top = 10;
-    o.arch = 90;
+    o.arch = 0; /* --gpu's, else sm_90 (offline_arch) */
     int rc = parse_args(&o, argc, argv);
     if (rc) return rc;
     if (o.command && !strcmp(o.command, "show")) return cmd_show(&o);
