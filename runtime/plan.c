@@ -58,6 +58,16 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
+/* Blocks of cfg's kernel fn the GPU holds at once (at least one an SM). */
+static int resident_blocks(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg,
+                           long long *resident) {
+    int per_sm = 0;
+    CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
+    *resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
+    return XENT_OK;
+}
+
 static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg,
                              unsigned *grid, size_t *workspace) {
     long long sms = ctx->info.sm_count;
@@ -69,12 +79,12 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         long long tile = (long long)cfg->block * cfg->items * cfg->vec;
         *grid = (unsigned)((p->n * p->c + tile - 1) / tile);
     } else {
-        int per_sm = 0;
-        CUresult r = ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
-        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
+        long long resident;
+        int rc = resident_blocks(ctx, fn, p, cfg, &resident);
+        if (rc) return rc;
         long long teams = cfg->block / cfg->tpr;
         long long groups = (p->n + teams - 1) / teams;
-        long long resident = (long long)(per_sm > 0 ? per_sm : 1) * sms / cfg->split;
+        resident /= cfg->split;
         *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * GRAD_ROUNDS) * cfg->split);
     }
     /* a flat backward's blocks publish nothing: its grid of tiles would size a workspace of partials for nothing */
@@ -87,14 +97,10 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, c
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) return grad_launch_shape(ctx, fn, p, cfg, grid, workspace);
     long long teams = cfg->block / cfg->tpr;
     long long groups = (p->n * cfg->split + teams - 1) / teams;
-    {
-        int per_sm = 0;
-        CUresult r =
-            ctx->drv->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, cfg->block, xent_config_smem(cfg, p));
-        if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
-        long long resident = (long long)(per_sm > 0 ? per_sm : 1) * ctx->info.sm_count;
-        groups = xent_persistent_grid(groups, resident, cfg->persist);
-    }
+    long long resident;
+    int rc = resident_blocks(ctx, fn, p, cfg, &resident);
+    if (rc) return rc;
+    groups = xent_persistent_grid(groups, resident, cfg->persist);
     if (groups > 0x7fffffffLL) groups = 0x7fffffffLL; /* the grid-stride loop covers the rest */
     *grid = (unsigned)groups;
     size_t ws = 16 + 16 * (size_t)*grid;
