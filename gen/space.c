@@ -1,4 +1,4 @@
-/* gen/space.c — the knob table, constraints, config text and heuristic. */
+/* gen/space.c — the knob table, constraints, the space's enumeration and the config text. */
 #include "gen/space.h"
 
 #include <errno.h>
@@ -56,17 +56,10 @@ const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 #define REGS_PER_SM 65536
 /* Dynamic shared memory available without opting in. */
 #define MAX_TILE_BYTES (48 * 1024)
-/* Dynamic shared memory a block may opt in to on sm_90 (227 KB), less room
- * for the template's own (under 1 KB). A GPU with less refuses the launch,
- * and the tuner records the failure. */
-#define MAX_STASH_BYTES (226 * 1024)
 /* Split rows keep per-row arrivals, partials and results in the workspace
  * (xent_launch_shape): beyond this many rows x segments it grows large.
  * Unsplit rows keep nothing per row, so no row count is refused for them. */
 #define MAX_SPLIT_ITEMS (1L << 22)
-/* Block sizes the space offers to teams within a warp. */
-#define MIN_WARP_TEAM_BLOCK 128
-#define MAX_WARP_TEAM_BLOCK 512
 
 int xent_knob_get(const xent_config *cfg, const xent_knob *k) { return *(const int *)((const char *)cfg + k->offset); }
 
@@ -95,7 +88,7 @@ static int in_list(const xent_knob *k, int v) {
 /* Logits a thread may hold as one chunk, leaving registers for addresses and
  * sums (ptxas -v, sm_90: 64 fit in about 100 registers, 32 in 128 at 512
  * threads; 128 took 224 registers, too few warps, and measured slower). */
-static int chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 64 : 32; }
+int xent_chunk_limit(int block) { return REGS_PER_SM / block >= 255 ? 64 : 32; }
 
 static int refuse(char *why, size_t len, const char *reason) {
     if (why && len) snprintf(why, len, "%s", reason);
@@ -104,10 +97,6 @@ static int refuse(char *why, size_t len, const char *reason) {
 
 /* The largest cluster the hardware guarantees without opting in. */
 #define MAX_GRAD_SPLIT 8
-/* Bytes of a chunk a thread of the grad family may hold in registers: 64
- * words, which a thread holding 128 16-bit logits keeps in 124 registers
- * without spilling. */
-#define GRAD_CHUNK_BYTES 256
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
@@ -115,7 +104,7 @@ static int refuse(char *why, size_t len, const char *reason) {
 /* Logits a training config holds of a row at once: its chunk over the team
  * and the cluster. A row no longer is held in registers between its sums
  * and its gradient; a longer one is taken chunk by chunk. */
-static int64_t grad_capacity(const xent_config *cfg) {
+int64_t xent_grad_capacity(const xent_config *cfg) {
     return (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split;
 }
 
@@ -163,7 +152,7 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
  * included (at most VEC - 1 before the first vector and after the last);
  * their terms sit in shared memory, one entry a thread. */
 static int64_t flat_rows(const xent_config *cfg, const xent_problem *p) {
-    int64_t rows = (grad_capacity(cfg) + 2 * cfg->vec) / p->c + 2; /* a tile: TPR == BLOCK, SPLIT=1 */
+    int64_t rows = (xent_grad_capacity(cfg) + 2 * cfg->vec) / p->c + 2; /* a tile: TPR == BLOCK, SPLIT=1 */
     return rows < p->n ? rows : p->n;
 }
 
@@ -173,7 +162,7 @@ static int flat_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         return refuse(why, len, "FLAT takes rows back to back (row stride == C)");
     if (p->c < cfg->vec) return refuse(why, len, "FLAT takes rows of at least VEC classes");
     if (flat_rows(cfg, p) > cfg->block) return refuse(why, len, "FLAT: a tile crosses more rows than BLOCK");
-    if (p->n > 0x7fffffffLL / p->c * grad_capacity(cfg))
+    if (p->n > 0x7fffffffLL / p->c * xent_grad_capacity(cfg))
         return refuse(why, len, "FLAT: more tiles than a grid holds");
     return 1;
 }
@@ -211,22 +200,22 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
     if (cfg->poly && (d == XENT_F32 || cfg->tile))
         return refuse(why, len, "POLY takes 16-bit logits and TILE=0 (the chunk sums it splits between pipes)");
     /* 16-bit logits are widened to fp32 as they are used, so count elements. */
-    if (cfg->items * cfg->vec > chunk_limit(cfg->block))
+    if (cfg->items * cfg->vec > xent_chunk_limit(cfg->block))
         return refuse(why, len, "ITEMS * VEC exceeds what the registers of a thread of this BLOCK hold");
     return 1;
 }
 
-static long pow2_ceil(long x) {
+long xent_pow2_ceil(long x) {
     long p = 1;
     while (p < x) p <<= 1;
     return p;
 }
 
-static int widest_vec(xent_dtype d) { return 16 / xent_dtype_size(d); }
+int xent_widest_vec(xent_dtype d) { return 16 / xent_dtype_size(d); }
 
 /* The widest vector under which every row starts at the same alignment. */
-static int stride_vec(const xent_problem *p) {
-    int v = widest_vec(p->logits);
+int xent_stride_vec(const xent_problem *p) {
+    int v = xent_widest_vec(p->logits);
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     while (v > 1 && stride % v) v /= 2;
     if (v * xent_dtype_size(p->logits) < 4) v = 4 / xent_dtype_size(p->logits);
@@ -234,7 +223,7 @@ static int stride_vec(const xent_problem *p) {
 }
 
 /* Whether every row of p starts on a 16-byte boundary (of an aligned tensor). */
-static int rows_aligned(const xent_problem *p) { return p->n == 1 || stride_vec(p) == widest_vec(p->logits); }
+int xent_rows_aligned(const xent_problem *p) { return p->n == 1 || xent_stride_vec(p) == xent_widest_vec(p->logits); }
 
 /* Rows of this many bytes or fewer load vectors of their own alignment. */
 #define SHORT_ROW_BYTES 8192
@@ -245,108 +234,26 @@ static int rows_aligned(const xent_problem *p) { return p->n == 1 || stride_vec(
  * rows more than narrow loads do (the tuned winners of rows of 99 to 1075
  * classes, fp32 and fp16, took it and ran 6-26% faster than with the widest
  * vectors); longer rows, and rows aligned to less than 4 bytes, the widest. */
-static int row_vec(const xent_problem *p) {
+int xent_row_vec(const xent_problem *p) {
     int64_t stride = p->row_stride ? p->row_stride : p->c, esize = xent_dtype_size(p->logits);
     int own = p->c < 256 || (p->c * esize <= SHORT_ROW_BYTES && stride * esize % 4 == 0);
-    return own ? stride_vec(p) : widest_vec(p->logits);
+    return own ? xent_stride_vec(p) : xent_widest_vec(p->logits);
 }
 
 /* The vectors of a team's segment of a row: the whole row unless split. */
-static long seg_vectors(const xent_config *c, const xent_problem *p) {
+long xent_seg_vectors(const xent_config *c, const xent_problem *p) {
     long nv = (p->c + c->vec - 1) / c->vec;
     return (nv + c->split - 1) / c->split;
 }
 
 /* The ITEMS that hold a lane's share of seg vectors in one chunk. */
-static long lane_items(const xent_config *c, long seg) { return pow2_ceil((seg + c->tpr - 1) / c->tpr); }
+long xent_lane_items(const xent_config *c, long seg) { return xent_pow2_ceil((seg + c->tpr - 1) / c->tpr); }
 
-/* No team wider than seg vectors: a team wider than a warp is its block, and
- * one narrowed from a block to a warp or less takes the smallest block such
- * teams use. */
-static void narrow_team(xent_config *cfg, long seg) {
-    long widest = pow2_ceil(seg);
-    if (cfg->tpr <= widest) return;
-    cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
-    cfg->tpr = (int)widest;
-}
-
-/* A team no wider than a segment's vectors, and a chunk no longer than its
- * share (the tuner's pruning in relevant()): a config made for longer rows
- * otherwise leaves lanes idle and loads masked out. Two passes win only over
- * a segment held in one chunk (every shipped PASSES=2 winner holds its
- * segment so, and no winner of several chunks takes them), so a segment that
- * outgrows the chunk takes one pass instead of being read twice (367696x217
- * bf16 with 1048576x100's config: 89.6 us, tuned 57.6). */
-static void fit_team(xent_config *cfg, const xent_problem *p) {
-    long seg = seg_vectors(cfg, p);
-    narrow_team(cfg, seg);
-    long fit = lane_items(cfg, seg);
-    if (cfg->items > fit) cfg->items = (int)fit;
-    if (cfg->passes == 2 && cfg->items < fit) cfg->passes = 1;
-}
-
-/* Bytes a lane loads a chunk below which a fitted chunk is not halved: four
- * 16-byte loads in flight a lane. */
-#define MIN_LANE_CHUNK_BYTES 64
-
-/* The share of a segment's chunks its vectors use, in hundredths. */
-static long chunk_use(long seg, long chunk) { return 100 * seg / (((seg + chunk - 1) / chunk) * chunk); }
-
-/* A segment of a few chunks whose last is mostly empty leaves lanes idle for
- * a whole chunk's round trip: halve the chunk while a quarter of the chunks'
- * loads would be masked out and a lane still loads MIN_LANE_CHUNK_BYTES
- * (5501x16908 f32 on 4096x32000's chunk of 16384 logits, two chunks for
- * 16908: 111 us; its tune's chunks of 4096: 88.5 us). */
-static void fit_chunks(xent_config *cfg, const xent_problem *p) {
-    long seg = seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
-    while (seg > chunk && chunk_use(seg, chunk) < 75 &&
-           cfg->items * cfg->vec * xent_dtype_size(p->logits) > MIN_LANE_CHUNK_BYTES) {
-        cfg->items /= 2;
-        chunk /= 2;
-    }
-}
-
-static const xent_knob *knob_named(const char *name, size_t n);
-
-/* Every tuned PERSIST=2 winner split its rows; unsplit, a config keeps the
- * static grid (PERSIST=2 sums of whole rows are not bitwise reproducible). */
-static void set_split(xent_config *cfg, int split) {
-    cfg->split = split;
-    if (cfg->persist == 2 && split == 1) cfg->persist = 1;
-}
-
-/* Segments a row for p's rows from a split made for n_from: about as many
- * teams as the entry ran (rows x segments), since splitting is there to fill
- * the GPU when rows are few; none where p's rows alone are as many. */
-static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
-    if (cfg->split == 1 || n_from <= 0) return;
-    const xent_knob *k = knob_named("SPLIT", 5);
-    const int most = k->values[k->nvalues - 1];
-    int64_t teams = n_from * cfg->split;
-    int split = 1;
-    while (split < most && 2 * split * p->n <= teams) split *= 2;
-    set_split(cfg, split);
-}
-
-void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p) {
-    if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
-    xent_config fitted = *cfg;
-    fit_split(&fitted, n_from, p);
-    int v = row_vec(p);
-    if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
-        long items = (long)cfg->items * cfg->vec / v, most = chunk_limit(cfg->block) / v;
-        fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);
-        fitted.vec = v;
-    }
-    fit_team(&fitted, p);
-    fit_chunks(&fitted, p);
-    if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
-}
 
 /* Splitting pays only when rows are too few to fill the GPU. */
 static int split_relevant(const xent_problem *p, int sm_count, const xent_config *c) {
     if (c->split == 1) return 1;
-    long seg = seg_vectors(c, p);
+    long seg = xent_seg_vectors(c, p);
     return p->n < 2L * sm_count && p->n * c->split <= 16L * sm_count && seg >= c->tpr * 4L && c->tpr >= 32;
 }
 
@@ -354,15 +261,15 @@ static int split_relevant(const xent_problem *p, int sm_count, const xent_config
  * splits of rows that already fill the GPU. */
 static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (!xent_config_fits(c, p, NULL, 0)) return 0;
-    int vmax = widest_vec(p->logits);
-    if (c->vec != vmax && c->vec != stride_vec(p)) return 0;
+    int vmax = xent_widest_vec(p->logits);
+    if (c->vec != vmax && c->vec != xent_stride_vec(p)) return 0;
     if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     if (!split_relevant(p, sm_count, c)) return 0;
-    long seg = seg_vectors(c, p);
-    if (c->tpr > 1 && c->tpr > pow2_ceil(seg)) return 0;
+    long seg = xent_seg_vectors(c, p);
+    if (c->tpr > 1 && c->tpr > xent_pow2_ceil(seg)) return 0;
     if (seg > (long)c->tpr * 256 && c->tpr < 512)
         return 0; /* too many vectors per thread, unless no wider team exists */
-    long fit = lane_items(c, seg);
+    long fit = xent_lane_items(c, seg);
     if (c->items > fit) return 0;
     if (c->items != fit && c->items != 4 && c->items != 8 && c->items != 16) return 0;
     if (c->passes == 2 && c->items != fit && c->tpr < 32) return 0;
@@ -379,9 +286,9 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     /* short rows also take the vector their stride keeps aligned: with the
      * widest, a team of one thread would hold up to 2 VEC - 2 scalar edges */
     if (!xent_config_fits(c, p, NULL, 0)) return 0;
-    if (c->vec != widest_vec(p->logits) && (p->c > 256 || c->vec != stride_vec(p))) return 0;
+    if (c->vec != xent_widest_vec(p->logits) && (p->c > 256 || c->vec != xent_stride_vec(p))) return 0;
     long per_thread = (long)c->items * c->vec;
-    long cap = (long)grad_capacity(c);
+    long cap = (long)xent_grad_capacity(c);
     long most = 512L * (GRAD_CHUNK_BYTES / xent_dtype_size(p->logits)) * MAX_GRAD_SPLIT;
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
@@ -393,9 +300,9 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     /* a flat tile: one-shot blocks of 4 or 8 loads a thread, as the streaming
      * read, for rows that start off a 16-byte boundary (rows that start on
      * one ran 12-40% slower flat: 32768x4096 fp32 and bf16, 8192x128256 bf16) */
-    if (c->flat) return !rows_aligned(p) && c->tpr >= 128 && (c->items == 4 || c->items == 8);
+    if (c->flat) return !xent_rows_aligned(p) && c->tpr >= 128 && (c->items == 4 || c->items == 8);
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
-        return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
+        return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * xent_pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
     /* long rows: also one block a row, read twice (the second read from L2) */
     if (p->c > 16384 && c->split == 1 && c->tpr >= 256 && cap < p->c) return 1;
     if (p->c <= most) return cap >= p->c && cap < 4 * p->c && (c->split == 1 || c->tpr >= 256);
@@ -452,7 +359,7 @@ int xent_config_format(const xent_config *cfg, char *buf, size_t len) {
     return XENT_OK;
 }
 
-static const xent_knob *knob_named(const char *name, size_t n) {
+const xent_knob *xent_knob_named(const char *name, size_t n) {
     for (int i = 0; i < xent_nknobs; i++)
         if (strlen(xent_knobs[i].name) == n && !strncmp(xent_knobs[i].name, name, n)) return &xent_knobs[i];
     return NULL;
@@ -486,7 +393,7 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
         if (!*s) break;
         const char *eq = strchr(s, '=');
         if (!eq) return refuse(why, len, "expected NAME=VALUE"), XENT_EINVAL;
-        const xent_knob *k = knob_named(s, (size_t)(eq - s));
+        const xent_knob *k = xent_knob_named(s, (size_t)(eq - s));
         int retired = k ? 0 : retired_knob(s, (size_t)(eq - s), why, len);
         if (retired < 0) return XENT_EINVAL;
         if (retired) {
@@ -559,72 +466,10 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     return 1;
 }
 
-/* xent_grad: 16 elements a thread, the fewest threads that hold the row,
- * in teams of up to 512; past that the row is read twice by 512 threads of
- * 256 bytes a chunk (the backward, one read, 128). A thread holds 32 fp32
- * logits in teams of at least 64, or up to 128 16-bit ones in teams of at
- * least a warp (the backward, which holds nothing across a reduction, 32 of
- * either). The tuned fused winners on the H200: at 32768x4096 bf16 a warp
- * of 128 logits a lane (150 us, against 170 for 128 threads of 32), fp32
- * there 32 a lane (285 us, 291 at 64); read twice, 16384x50257 fp32 and
- * 8192x128256 bf16 at 256 bytes a lane, 1.09x and 1.22x faster than 128
- * and 64; read twice, the 16-bit rows' chunks past the first wait in shared
- * memory (STASH: 8192x128256 bf16 1111 us against 1135 with EVICT, 8192x50257
- * 465 against 468), fp32's not (16384x50257: 1791 against 1780). */
-static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
-    long threads = (p->c + 15) / 16;
-    if (threads <= 32) { /* 16 elements a lane, in vectors the row stride keeps aligned */
-        cfg->vec = p->c > 256 ? widest_vec(p->logits) : stride_vec(p);
-        cfg->items = 16 / cfg->vec;
-        cfg->tpr = (int)pow2_ceil(threads);
-        cfg->block = 128;
-        return;
-    }
-    const int bwd = p->op == XENT_OP_BACKWARD, wide = p->logits == XENT_F32 || bwd;
-    const long per = wide ? 32 : GRAD_CHUNK_BYTES / 2, least = wide ? 64 : 32;
-    cfg->vec = widest_vec(p->logits);
-    threads = (p->c + per - 1) / per;
-    cfg->tpr = (int)(threads <= least ? least : threads >= 512 ? 512 : pow2_ceil(threads));
-    cfg->block = cfg->tpr < 64 ? 128 : cfg->tpr;
-    const long most = (bwd ? GRAD_CHUNK_BYTES / 2 : GRAD_CHUNK_BYTES) / (cfg->vec * xent_dtype_size(p->logits));
-    const long items = pow2_ceil((p->c + (long)cfg->tpr * cfg->vec - 1) / ((long)cfg->tpr * cfg->vec));
-    cfg->items = (int)(items < most ? items : most); /* the fewest that hold the row */
-    /* 16-bit rows past a chunk keep the rest in shared memory where it fits */
-    cfg->stash = p->logits != XENT_F32 && xent_config_reads_twice(cfg, p);
-    if (cfg->stash && !xent_config_fits(cfg, p, NULL, 0)) cfg->stash = 0;
-    /* A 512-thread 16-bit block holds the SM's registers alone; 256 threads
-     * whose stash leaves room for a second block overlap one block's
-     * reductions with the other's loads (8192x50257 bf16: 465 us, against
-     * 530 held by 512) */
-    if (!wide && cfg->tpr == 512) {
-        xent_config half = *cfg;
-        half.tpr = half.block = 256, half.stash = 1, half.evict = 0;
-        if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
-    }
-    cfg->evict = xent_config_reads_twice(cfg, p);
-    /* the backward of fp32 rows that start off a 16-byte boundary streams
-     * them flat: a team a row takes scalar edges and a short last chunk
-     * (16384x50257: 1654 us flat by 128 threads of 8 loads, against 1720 a
-     * row by 512 threads; 1840 by 256 threads of streaming loads) */
-    if (bwd && p->logits == XENT_F32 && !rows_aligned(p)) {
-        xent_config flat = *cfg;
-        flat.flat = 1, flat.tpr = flat.block = 128, flat.items = 8, flat.cache = 0, flat.stash = 0, flat.evict = 0;
-        if (xent_config_fits(&flat, p, NULL, 0)) *cfg = flat;
-    }
-    /* a held fused fp32 row takes one exponential in eight by the polynomial
-     * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
-     * threads a row); 16-bit and re-read rows were slower with it */
-    cfg->poly =
-        p->logits == XENT_F32 && p->op == XENT_OP_FUSED && grad_capacity(cfg) >= p->c && cfg->items * cfg->vec >= 32
-            ? 8
-            : 0;
-}
 
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_GRAD || cfg->flat) return 1; /* a flat tile holds no row */
-    const int64_t cap = grad_capacity(cfg);
+    const int64_t cap = xent_grad_capacity(cfg);
     const int held_there = cap >= c_from, held_here = cap >= p->c;
     return held_there == held_here && (!held_here || cap < 4 * p->c);
 }
@@ -633,203 +478,5 @@ int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_probl
  * 5-8% faster at 16384x50257 fp32 and 8192x128256 bf16; held rows and the
  * backward's one read were slower with it). */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p) {
-    return p->op == XENT_OP_FUSED && !cfg->stash && grad_capacity(cfg) < p->c;
-}
-
-/* The rule the table falls back to where its cell does not fit the problem
- * (a tile of a long stride): rows that fit a warp's registers are held there
- * (two passes, no re-read); longer rows stream through a whole block; few
- * rows are split. Legal for every problem. */
-static void rule_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
-    cfg->vec = row_vec(p);
-    cfg->cache = 0;
-    /* TILE is the tuner's to pick: staged by whole blocks it ran 28.9 us at 1048576x10,
-     * a thread per row 23.3; staged per warp it is not measured yet */
-    cfg->tile = 0;
-    cfg->persist = 1;
-    cfg->split = 1;
-    cfg->prefetch = 0;
-    cfg->poly = 0;
-    long nv = (p->c + cfg->vec - 1) / cfg->vec;
-    int max_items = chunk_limit(128) / cfg->vec;
-    if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */
-        long tpr = pow2_ceil((nv + 7) / 8);
-        cfg->tpr = (int)(tpr > 32 ? 32 : tpr);
-        long fit = pow2_ceil((nv + cfg->tpr - 1) / cfg->tpr);
-        cfg->items = (int)(fit > max_items ? max_items : fit);
-        cfg->block = 128;
-        cfg->passes = fit > max_items ? 1 : 2;
-        return;
-    }
-    /* Long rows, as the H200's tunes chose: many rows take a 256-thread
-     * team per row (16384x50257: 750 us against 1043 with 512 threads); few
-     * rows take 512 threads and only as many segments as fill the SMs once
-     * (64x262144: 2 segments 23.5 us, 8 segments 42.2 us). */
-    cfg->passes = 1;
-    if (p->n >= 2L * sm_count) {
-        cfg->tpr = cfg->block = 256;
-        cfg->items = 4;
-        return;
-    }
-    cfg->tpr = cfg->block = 512;
-    cfg->items = chunk_limit(512) / cfg->vec;
-    while (cfg->split < 128 && p->n <= sm_count / (cfg->split * 2) && nv / (cfg->split * 2) >= 4L * cfg->tpr)
-        cfg->split *= 2;
-}
-
-/* The heuristic is a model of the shipped tunes: a cell per element size,
- * row-length band and row-count band holds one tuned winner's knobs
- * (docs/cache.md, "How the heuristic is derived"). Row-count bands are
- * relative to the SM count, so a GPU with more or fewer SMs moves its bands
- * with them; launch grids come from the device at plan build as for any
- * config. */
-enum heur_rows { HEUR_FEW, HEUR_MID, HEUR_MANY };
-
-typedef struct heur_cell {
-    int esize;  /* bytes of a logit */
-    long c_max; /* the band's longest row (0: no bound); cells ascend within a size and row band */
-    int rows;   /* enum heur_rows */
-    int tpr, block;
-    int chunk; /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
-    int passes, cache, tile, persist, poly;
-} heur_cell;
-
-/* Generated text, compared with the generator's output: */
-/* clang-format off */
-/* heuristic-table: generated by tools/heuristic-table.py from tunecache/h200.sql; do not edit by hand */
-#define HEUR_SPLIT_MIN_ELEMS 512
-#define HEUR_SPLIT_THREADS_PER_SM 497
-#define HEUR_MID_ROWS_PER_SM 32
-static const heur_cell heur_cells[] = {
-    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, POLY; the entry it came from */
-    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x2 f32, measured */
-    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0}, /* 1024x2 f32, measured */
-    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0}, /* 1048576x2 f32, measured */
-    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x10 f32, measured */
-    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0}, /* 1024x10 f32, measured */
-    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0}, /* 1048576x10 f32, measured */
-    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 f32, measured */
-    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0}, /* 1024x100 f32, measured */
-    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 f32, measured */
-    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0}, /* 1x1000 f32, measured */
-    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 256x1000 f32, measured */
-    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0}, /* 262144x1000 f32, measured */
-    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0}, /* 64x4096 f32, measured */
-    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0}, /* 1024x4096 f32, measured */
-    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0}, /* 65536x4096 f32, measured */
-    {4, 40102, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0}, /* 64x32000 f32, measured */
-    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0}, /* 4096x32000 f32, measured */
-    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x32000 f32, measured */
-    {4, 80285, HEUR_FEW, 128, 128, 128, 2, 0, 0, 1, 0}, /* 8x50257 f32, measured */
-    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0}, /* 4096x50257 f32, measured */
-    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 f32, measured */
-    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 2, 0, 0, 0}, /* 64x128256 f32, measured */
-    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0}, /* 2048x128256 f32, measured */
-    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, measured */
-    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0}, /* 64x262144 f32, measured */
-    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0}, /* 2048x262144 f32, measured */
-    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, nearest band */
-    {2, 4, HEUR_FEW, 1, 128, 4, 1, 0, 0, 1, 0}, /* 1x2 bf16, measured */
-    {2, 4, HEUR_MID, 1, 128, 4, 1, 1, 0, 1, 0}, /* 1024x2 bf16, measured */
-    {2, 4, HEUR_MANY, 1, 512, 4, 2, 2, 0, 3, 0}, /* 1048576x2 bf16, measured */
-    {2, 31, HEUR_FEW, 1, 128, 32, 1, 0, 0, 1, 0}, /* 1x10 bf16, measured */
-    {2, 31, HEUR_MID, 8, 128, 4, 2, 0, 0, 0, 0}, /* 1024x10 bf16, measured */
-    {2, 31, HEUR_MANY, 1, 512, 32, 2, 0, 0, 3, 0}, /* 1048576x10 bf16, measured */
-    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 bf16, measured */
-    {2, 316, HEUR_MID, 8, 128, 32, 1, 0, 0, 1, 0}, /* 1024x100 bf16, measured */
-    {2, 316, HEUR_MANY, 2, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 bf16, measured */
-    {2, 2023, HEUR_FEW, 128, 128, 16, 1, 0, 0, 1, 0}, /* 1x1000 bf16, measured */
-    {2, 2023, HEUR_MID, 32, 128, 64, 1, 0, 0, 1, 0}, /* 256x1000 bf16, measured */
-    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0}, /* 262144x1000 bf16, measured */
-    {2, 11448, HEUR_FEW, 128, 128, 64, 2, 0, 0, 1, 0}, /* 64x4096 bf16, measured */
-    {2, 11448, HEUR_MID, 64, 64, 64, 1, 0, 0, 1, 0}, /* 1024x4096 bf16, measured */
-    {2, 11448, HEUR_MANY, 8, 256, 128, 1, 2, 0, 1, 0}, /* 65536x4096 bf16, measured */
-    {2, 40102, HEUR_FEW, 256, 256, 64, 1, 2, 0, 1, 8}, /* 64x32000 bf16, measured */
-    {2, 40102, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 8}, /* 4096x32000 bf16, measured */
-    {2, 40102, HEUR_MANY, 128, 128, 128, 1, 0, 0, 1, 0}, /* 8192x32000 bf16, measured */
-    {2, 80285, HEUR_FEW, 128, 128, 64, 2, 0, 0, 1, 0}, /* 8x50257 bf16, measured */
-    {2, 80285, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 8}, /* 4096x50257 bf16, measured */
-    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 bf16, measured */
-    {2, 183361, HEUR_FEW, 32, 256, 128, 1, 2, 0, 1, 8}, /* 64x128256 bf16, measured */
-    {2, 183361, HEUR_MID, 256, 256, 128, 1, 2, 0, 1, 0}, /* 2048x128256 bf16, measured */
-    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, measured */
-    {2, 0, HEUR_FEW, 256, 256, 64, 1, 0, 0, 1, 0}, /* 16x262144 bf16, measured */
-    {2, 0, HEUR_MID, 256, 256, 128, 1, 0, 0, 1, 0}, /* 2048x262144 bf16, measured */
-    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
-};
-/* heuristic-table: end */
-/* clang-format on */
-
-static enum heur_rows heur_rows_of(int64_t n, int sm_count) {
-    if (n < sm_count) return HEUR_FEW;
-    return n < (int64_t)HEUR_MID_ROWS_PER_SM * sm_count ? HEUR_MID : HEUR_MANY;
-}
-
-static const heur_cell *heur_find(const xent_problem *p, int sm_count) {
-    int esize = xent_dtype_size(p->logits);
-    enum heur_rows rows = heur_rows_of(p->n, sm_count);
-    for (size_t i = 0; i < sizeof heur_cells / sizeof heur_cells[0]; i++) {
-        const heur_cell *h = &heur_cells[i];
-        if (h->esize == esize && h->rows == (int)rows && (!h->c_max || p->c <= h->c_max)) return h;
-    }
-    return NULL;
-}
-
-static long pow2_floor(long x) {
-    long p = 1;
-    while (2 * p <= x) p <<= 1;
-    return p;
-}
-
-/* A cell's chunk bytes as loads of this VEC, within a thread's registers. */
-static int heur_items(const heur_cell *h, const xent_config *cfg, xent_dtype d) {
-    if (cfg->tile) return 1;
-    long items = pow2_floor(h->chunk / (cfg->vec * xent_dtype_size(d)));
-    if (items > 32) items = 32;
-    while (items > 1 && items * cfg->vec > chunk_limit(cfg->block)) items /= 2;
-    return (int)items;
-}
-
-/* Few rows are split into segments of at least HEUR_SPLIT_MIN_ELEMS, with at
- * most HEUR_SPLIT_THREADS_PER_SM of the teams' threads per SM in all: the
- * extremes of the tuned winners that split (elements: fp32 and bf16 winners
- * split alike; threads: winners of warp teams split finer than block teams). */
-static int heur_split(const xent_problem *p, int sm_count, const xent_config *cfg) {
-    if (cfg->tile || cfg->tpr < 32 || heur_rows_of(p->n, sm_count) != HEUR_FEW) return 1;
-    int64_t threads = (int64_t)HEUR_SPLIT_THREADS_PER_SM * sm_count;
-    int split = 1;
-    while (split < 128 && p->c / (2 * split) >= HEUR_SPLIT_MIN_ELEMS && p->n * 2 * split * cfg->tpr <= threads)
-        split *= 2;
-    return split;
-}
-
-/* The cell's config for p; 0 when p has no cell. */
-static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
-    const heur_cell *h = heur_find(p, sm_count);
-    if (!h) return 0;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->vec = row_vec(p);
-    cfg->passes = h->passes;
-    cfg->cache = h->cache;
-    cfg->tile = h->tile;
-    cfg->persist = h->persist;
-    cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
-    /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
-    cfg->tpr = h->tpr;
-    cfg->block = h->block;
-    narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
-    cfg->items = heur_items(h, cfg, p->logits);
-    set_split(cfg, heur_split(p, sm_count, cfg));
-    fit_chunks(cfg, p);
-    return 1;
-}
-
-/* The table's cell, or the rule where the cell does not fit the problem. */
-void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
-        grad_heuristic(p, cfg);
-        return;
-    }
-    if (table_heuristic(p, sm_count, cfg) && xent_config_fits(cfg, p, NULL, 0)) return;
-    rule_heuristic(p, sm_count, cfg);
+    return p->op == XENT_OP_FUSED && !cfg->stash && xent_grad_capacity(cfg) < p->c;
 }

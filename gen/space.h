@@ -1,12 +1,14 @@
 /*
- * gen/space — the configuration space of the xent_fwd template: one table of
+ * gen/space — the configuration space of the kernel families: one table of
  * knobs (name, meaning, legal values), the constraints between them, the
- * text form of a configuration, and the built-in heuristic.
+ * text form of a configuration (gen/space.c); the fitting of a config tuned
+ * for other rows and the built-in heuristic (gen/heuristic.c).
  */
 #ifndef XENT_GEN_SPACE_H
 #define XENT_GEN_SPACE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "xent.h"
 
 /* Bumped when the template changes what a configuration means, so tune
@@ -101,6 +103,39 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
 long long xent_persistent_grid(long long groups, long long resident, int persist);
 /* Dynamic shared memory a launch of cfg needs for p (bytes). */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
+
+/* Shared by the space (gen/space.c) and the heuristic (gen/heuristic.c). */
+/* Block sizes the space offers to teams within a warp. */
+#define MIN_WARP_TEAM_BLOCK 128
+#define MAX_WARP_TEAM_BLOCK 512
+/* Bytes of a chunk a thread of the grad family may hold in registers: 64
+ * words, which a thread holding 128 16-bit logits keeps in 124 registers
+ * without spilling. */
+#define GRAD_CHUNK_BYTES 256
+/* Dynamic shared memory a block may opt in to on sm_90 (227 KB), less room
+ * for the template's own (under 1 KB). A GPU with less refuses the launch,
+ * and the tuner records the failure. */
+#define MAX_STASH_BYTES (226 * 1024)
+/* The knob called name (n characters of it); NULL if none. */
+const xent_knob *xent_knob_named(const char *name, size_t n);
+/* The least power of two >= x. */
+long xent_pow2_ceil(long x);
+/* Logits a thread may hold as one chunk in a block of this many threads. */
+int xent_chunk_limit(int block);
+/* Elements of dtype d in a 16-byte vector. */
+int xent_widest_vec(xent_dtype d);
+/* The widest vector under which every row of p starts at the same alignment. */
+int xent_stride_vec(const xent_problem *p);
+/* Whether every row of p starts on a 16-byte boundary (of an aligned tensor). */
+int xent_rows_aligned(const xent_problem *p);
+/* The vector a row of p loads (its alignment's for short rows, else the widest). */
+int xent_row_vec(const xent_problem *p);
+/* The vectors of a team's segment of a row of p: the whole row unless split. */
+long xent_seg_vectors(const xent_config *c, const xent_problem *p);
+/* The ITEMS that hold a lane's share of seg vectors in one chunk. */
+long xent_lane_items(const xent_config *c, long seg);
+/* Logits a training config holds of a row at once (its chunk over the team and cluster). */
+int64_t xent_grad_capacity(const xent_config *cfg);
 
 /* The built-in heuristic: a sensible config from n, c and dtype alone. */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);

@@ -620,7 +620,7 @@ START_TEST(heuristic_follows_the_table) {
 }
 END_TEST
 
-/* gen/space.c's table is what tools/heuristic-table.py derives from the
+/* gen/heuristic.c's table is what tools/heuristic-table.py derives from the
  * shipped tunecache/h200.sql: a retuned cache without a regenerated table
  * fails here (docs/cache.md, "How the heuristic is derived"). Skipped, with
  * a line saying so, where there is no python3. */
@@ -629,9 +629,9 @@ START_TEST(heuristic_table_is_derived_from_the_cache) {
         fprintf(stderr, "heuristic table: no python3, not checked\n");
         return;
     }
-    int rc = system("python3 tools/heuristic-table.py tunecache/h200.sql --check gen/space.c > /dev/null");
-    ck_assert_msg(rc == 0, "gen/space.c's heuristic table differs from tools/heuristic-table.py's output "
-                           "(run it with --check gen/space.c to see how)");
+    int rc = system("python3 tools/heuristic-table.py tunecache/h200.sql --check gen/heuristic.c > /dev/null");
+    ck_assert_msg(rc == 0, "gen/heuristic.c's heuristic table differs from tools/heuristic-table.py's output "
+                           "(run it with --check gen/heuristic.c to see how)");
 }
 END_TEST
 

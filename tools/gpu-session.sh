@@ -138,7 +138,7 @@ for s in "$@"; do
         # the budgets docs/cache.md gives each part: the two sweeps, the benchmark
         # shapes, the training entries; then the export ($OUT/h200.sql) and the
         # heuristic's table derived from it ($OUT/heuristic-table.c, for the
-        # markers in gen/space.c). About 20 minutes on an H200 by its parts, more than one
+        # markers in gen/heuristic.c). About 20 minutes on an H200 by its parts, more than one
         # call of the device tool: run it where a command has no time limit
         stage "the shipped cache from nothing"
         db=${SHIP_DB:-/tmp/xent-ship.db}

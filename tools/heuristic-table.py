@@ -2,11 +2,11 @@
 """Derive the xent_fwd heuristic's table from a shipped tune cache.
 
     python3 tools/heuristic-table.py [tunecache/h200.sql] [--markdown]
-    python3 tools/heuristic-table.py [tunecache/h200.sql] --check gen/space.c
+    python3 tools/heuristic-table.py [tunecache/h200.sql] --check gen/heuristic.c
 
-Prints the C table that gen/space.c holds between its "heuristic-table"
+Prints the C table that gen/heuristic.c holds between its "heuristic-table"
 markers (or, with --markdown, the same cells as a table for docs/cache.md);
---check exits 1 when gen/space.c's table is not what the cache gives.
+--check exits 1 when gen/heuristic.c's table is not what the cache gives.
 
 The model: a cell per element size (4 bytes, 2 bytes), row-length band and
 row-count band holds the knobs of one tuned winner. A cell keeps a thread's
@@ -150,7 +150,7 @@ def main(argv):
     target = None
     if "--check" in argv:
         i = argv.index("--check")
-        target = argv[i + 1] if i + 1 < len(argv) else "gen/space.c"
+        target = argv[i + 1] if i + 1 < len(argv) else "gen/heuristic.c"
         argv = argv[:i] + argv[i + 2:]
     if target:
         import contextlib

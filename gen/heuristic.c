@@ -1,0 +1,350 @@
+/* gen/heuristic.c — a config for a problem no tune answered exactly: an entry
+ * tuned for other rows fitted to the problem's (xent_config_fit_rows), and the
+ * built-in heuristic (a table made from the shipped tunes, a rule where its
+ * cell does not fit, and the training family's own). */
+#include <stdint.h>
+#include <string.h>
+
+#include "gen/space.h"
+
+/* No team wider than seg vectors: a team wider than a warp is its block, and
+ * one narrowed from a block to a warp or less takes the smallest block such
+ * teams use. */
+static void narrow_team(xent_config *cfg, long seg) {
+    long widest = xent_pow2_ceil(seg);
+    if (cfg->tpr <= widest) return;
+    cfg->block = widest > 32 ? (int)widest : cfg->tpr > 32 ? MIN_WARP_TEAM_BLOCK : cfg->block;
+    cfg->tpr = (int)widest;
+}
+
+/* A team no wider than a segment's vectors, and a chunk no longer than its
+ * share (the tuner's pruning in relevant()): a config made for longer rows
+ * otherwise leaves lanes idle and loads masked out. Two passes win only over
+ * a segment held in one chunk (every shipped PASSES=2 winner holds its
+ * segment so, and no winner of several chunks takes them), so a segment that
+ * outgrows the chunk takes one pass instead of being read twice (367696x217
+ * bf16 with 1048576x100's config: 89.6 us, tuned 57.6). */
+static void fit_team(xent_config *cfg, const xent_problem *p) {
+    long seg = xent_seg_vectors(cfg, p);
+    narrow_team(cfg, seg);
+    long fit = xent_lane_items(cfg, seg);
+    if (cfg->items > fit) cfg->items = (int)fit;
+    if (cfg->passes == 2 && cfg->items < fit) cfg->passes = 1;
+}
+
+/* Bytes a lane loads a chunk below which a fitted chunk is not halved: four
+ * 16-byte loads in flight a lane. */
+#define MIN_LANE_CHUNK_BYTES 64
+
+/* The share of a segment's chunks its vectors use, in hundredths. */
+static long chunk_use(long seg, long chunk) { return 100 * seg / (((seg + chunk - 1) / chunk) * chunk); }
+
+/* A segment of a few chunks whose last is mostly empty leaves lanes idle for
+ * a whole chunk's round trip: halve the chunk while a quarter of the chunks'
+ * loads would be masked out and a lane still loads MIN_LANE_CHUNK_BYTES
+ * (5501x16908 f32 on 4096x32000's chunk of 16384 logits, two chunks for
+ * 16908: 111 us; its tune's chunks of 4096: 88.5 us). */
+static void fit_chunks(xent_config *cfg, const xent_problem *p) {
+    long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
+    while (seg > chunk && chunk_use(seg, chunk) < 75 &&
+           cfg->items * cfg->vec * xent_dtype_size(p->logits) > MIN_LANE_CHUNK_BYTES) {
+        cfg->items /= 2;
+        chunk /= 2;
+    }
+}
+
+/* Every tuned PERSIST=2 winner split its rows; unsplit, a config keeps the
+ * static grid (PERSIST=2 sums of whole rows are not bitwise reproducible). */
+static void set_split(xent_config *cfg, int split) {
+    cfg->split = split;
+    if (cfg->persist == 2 && split == 1) cfg->persist = 1;
+}
+
+/* Segments a row for p's rows from a split made for n_from: about as many
+ * teams as the entry ran (rows x segments), since splitting is there to fill
+ * the GPU when rows are few; none where p's rows alone are as many. */
+static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
+    if (cfg->split == 1 || n_from <= 0) return;
+    const xent_knob *k = xent_knob_named("SPLIT", 5);
+    const int most = k->values[k->nvalues - 1];
+    int64_t teams = n_from * cfg->split;
+    int split = 1;
+    while (split < most && 2 * split * p->n <= teams) split *= 2;
+    set_split(cfg, split);
+}
+
+void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p) {
+    if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
+    xent_config fitted = *cfg;
+    fit_split(&fitted, n_from, p);
+    int v = xent_row_vec(p);
+    if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
+        long items = (long)cfg->items * cfg->vec / v, most = xent_chunk_limit(cfg->block) / v;
+        fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);
+        fitted.vec = v;
+    }
+    fit_team(&fitted, p);
+    fit_chunks(&fitted, p);
+    if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
+}
+
+/* xent_grad: 16 elements a thread, the fewest threads that hold the row,
+ * in teams of up to 512; past that the row is read twice by 512 threads of
+ * 256 bytes a chunk (the backward, one read, 128). A thread holds 32 fp32
+ * logits in teams of at least 64, or up to 128 16-bit ones in teams of at
+ * least a warp (the backward, which holds nothing across a reduction, 32 of
+ * either). The tuned fused winners on the H200: at 32768x4096 bf16 a warp
+ * of 128 logits a lane (150 us, against 170 for 128 threads of 32), fp32
+ * there 32 a lane (285 us, 291 at 64); read twice, 16384x50257 fp32 and
+ * 8192x128256 bf16 at 256 bytes a lane, 1.09x and 1.22x faster than 128
+ * and 64; read twice, the 16-bit rows' chunks past the first wait in shared
+ * memory (STASH: 8192x128256 bf16 1111 us against 1135 with EVICT, 8192x50257
+ * 465 against 468), fp32's not (16384x50257: 1791 against 1780). */
+static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
+    long threads = (p->c + 15) / 16;
+    if (threads <= 32) { /* 16 elements a lane, in vectors the row stride keeps aligned */
+        cfg->vec = p->c > 256 ? xent_widest_vec(p->logits) : xent_stride_vec(p);
+        cfg->items = 16 / cfg->vec;
+        cfg->tpr = (int)xent_pow2_ceil(threads);
+        cfg->block = 128;
+        return;
+    }
+    const int bwd = p->op == XENT_OP_BACKWARD, wide = p->logits == XENT_F32 || bwd;
+    const long per = wide ? 32 : GRAD_CHUNK_BYTES / 2, least = wide ? 64 : 32;
+    cfg->vec = xent_widest_vec(p->logits);
+    threads = (p->c + per - 1) / per;
+    cfg->tpr = (int)(threads <= least ? least : threads >= 512 ? 512 : xent_pow2_ceil(threads));
+    cfg->block = cfg->tpr < 64 ? 128 : cfg->tpr;
+    const long most = (bwd ? GRAD_CHUNK_BYTES / 2 : GRAD_CHUNK_BYTES) / (cfg->vec * xent_dtype_size(p->logits));
+    const long items = xent_pow2_ceil((p->c + (long)cfg->tpr * cfg->vec - 1) / ((long)cfg->tpr * cfg->vec));
+    cfg->items = (int)(items < most ? items : most); /* the fewest that hold the row */
+    /* 16-bit rows past a chunk keep the rest in shared memory where it fits */
+    cfg->stash = p->logits != XENT_F32 && xent_config_reads_twice(cfg, p);
+    if (cfg->stash && !xent_config_fits(cfg, p, NULL, 0)) cfg->stash = 0;
+    /* A 512-thread 16-bit block holds the SM's registers alone; 256 threads
+     * whose stash leaves room for a second block overlap one block's
+     * reductions with the other's loads (8192x50257 bf16: 465 us, against
+     * 530 held by 512) */
+    if (!wide && cfg->tpr == 512) {
+        xent_config half = *cfg;
+        half.tpr = half.block = 256, half.stash = 1, half.evict = 0;
+        if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
+    }
+    cfg->evict = xent_config_reads_twice(cfg, p);
+    /* the backward of fp32 rows that start off a 16-byte boundary streams
+     * them flat: a team a row takes scalar edges and a short last chunk
+     * (16384x50257: 1654 us flat by 128 threads of 8 loads, against 1720 a
+     * row by 512 threads; 1840 by 256 threads of streaming loads) */
+    if (bwd && p->logits == XENT_F32 && !xent_rows_aligned(p)) {
+        xent_config flat = *cfg;
+        flat.flat = 1, flat.tpr = flat.block = 128, flat.items = 8, flat.cache = 0, flat.stash = 0, flat.evict = 0;
+        if (xent_config_fits(&flat, p, NULL, 0)) *cfg = flat;
+    }
+    /* a held fused fp32 row takes one exponential in eight by the polynomial
+     * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
+     * threads a row); 16-bit and re-read rows were slower with it */
+    cfg->poly =
+        p->logits == XENT_F32 && p->op == XENT_OP_FUSED && xent_grad_capacity(cfg) >= p->c && cfg->items * cfg->vec >= 32
+            ? 8
+            : 0;
+}
+
+/* The rule the table falls back to where its cell does not fit the problem
+ * (a tile of a long stride): rows that fit a warp's registers are held there
+ * (two passes, no re-read); longer rows stream through a whole block; few
+ * rows are split. Legal for every problem. */
+static void rule_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
+    cfg->vec = xent_row_vec(p);
+    cfg->cache = 0;
+    /* TILE is the tuner's to pick: staged by whole blocks it ran 28.9 us at 1048576x10,
+     * a thread per row 23.3; staged per warp it is not measured yet */
+    cfg->tile = 0;
+    cfg->persist = 1;
+    cfg->split = 1;
+    cfg->prefetch = 0;
+    cfg->poly = 0;
+    long nv = (p->c + cfg->vec - 1) / cfg->vec;
+    int max_items = xent_chunk_limit(128) / cfg->vec;
+    if (nv <= 2L * 32 * max_items) { /* a warp per row, one or two chunks */
+        long tpr = xent_pow2_ceil((nv + 7) / 8);
+        cfg->tpr = (int)(tpr > 32 ? 32 : tpr);
+        long fit = xent_pow2_ceil((nv + cfg->tpr - 1) / cfg->tpr);
+        cfg->items = (int)(fit > max_items ? max_items : fit);
+        cfg->block = 128;
+        cfg->passes = fit > max_items ? 1 : 2;
+        return;
+    }
+    /* Long rows, as the H200's tunes chose: many rows take a 256-thread
+     * team per row (16384x50257: 750 us against 1043 with 512 threads); few
+     * rows take 512 threads and only as many segments as fill the SMs once
+     * (64x262144: 2 segments 23.5 us, 8 segments 42.2 us). */
+    cfg->passes = 1;
+    if (p->n >= 2L * sm_count) {
+        cfg->tpr = cfg->block = 256;
+        cfg->items = 4;
+        return;
+    }
+    cfg->tpr = cfg->block = 512;
+    cfg->items = xent_chunk_limit(512) / cfg->vec;
+    while (cfg->split < 128 && p->n <= sm_count / (cfg->split * 2) && nv / (cfg->split * 2) >= 4L * cfg->tpr)
+        cfg->split *= 2;
+}
+
+/* The heuristic is a model of the shipped tunes: a cell per element size,
+ * row-length band and row-count band holds one tuned winner's knobs
+ * (docs/cache.md, "How the heuristic is derived"). Row-count bands are
+ * relative to the SM count, so a GPU with more or fewer SMs moves its bands
+ * with them; launch grids come from the device at plan build as for any
+ * config. */
+enum heur_rows { HEUR_FEW, HEUR_MID, HEUR_MANY };
+
+typedef struct heur_cell {
+    int esize;  /* bytes of a logit */
+    long c_max; /* the band's longest row (0: no bound); cells ascend within a size and row band */
+    int rows;   /* enum heur_rows */
+    int tpr, block;
+    int chunk; /* bytes a thread loads per chunk (ITEMS x VEC x element size) */
+    int passes, cache, tile, persist, poly;
+} heur_cell;
+
+/* Generated text, compared with the generator's output: */
+/* clang-format off */
+/* heuristic-table: generated by tools/heuristic-table.py from tunecache/h200.sql; do not edit by hand */
+#define HEUR_SPLIT_MIN_ELEMS 512
+#define HEUR_SPLIT_THREADS_PER_SM 497
+#define HEUR_MID_ROWS_PER_SM 32
+static const heur_cell heur_cells[] = {
+    /* bytes, c up to (0: any), rows, TPR, BLOCK, CHUNK, PASSES, CACHE, TILE, PERSIST, POLY; the entry it came from */
+    {4, 4, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x2 f32, measured */
+    {4, 4, HEUR_MID, 1, 128, 4, 2, 0, 1, 0, 0}, /* 1024x2 f32, measured */
+    {4, 4, HEUR_MANY, 1, 128, 4, 2, 1, 1, 1, 0}, /* 1048576x2 f32, measured */
+    {4, 31, HEUR_FEW, 1, 128, 4, 2, 0, 1, 1, 0}, /* 1x10 f32, measured */
+    {4, 31, HEUR_MID, 1, 128, 32, 1, 2, 0, 0, 0}, /* 1024x10 f32, measured */
+    {4, 31, HEUR_MANY, 1, 512, 64, 1, 2, 0, 3, 0}, /* 1048576x10 f32, measured */
+    {4, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 f32, measured */
+    {4, 316, HEUR_MID, 8, 128, 64, 1, 0, 0, 1, 0}, /* 1024x100 f32, measured */
+    {4, 316, HEUR_MANY, 4, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 f32, measured */
+    {4, 2023, HEUR_FEW, 128, 128, 32, 1, 0, 0, 1, 0}, /* 1x1000 f32, measured */
+    {4, 2023, HEUR_MID, 32, 128, 128, 1, 0, 0, 1, 0}, /* 256x1000 f32, measured */
+    {4, 2023, HEUR_MANY, 16, 128, 128, 1, 0, 0, 1, 0}, /* 262144x1000 f32, measured */
+    {4, 11448, HEUR_FEW, 128, 128, 128, 1, 1, 0, 1, 0}, /* 64x4096 f32, measured */
+    {4, 11448, HEUR_MID, 32, 128, 128, 1, 1, 0, 0, 0}, /* 1024x4096 f32, measured */
+    {4, 11448, HEUR_MANY, 32, 128, 128, 1, 0, 0, 1, 0}, /* 65536x4096 f32, measured */
+    {4, 40102, HEUR_FEW, 256, 256, 128, 2, 0, 0, 1, 0}, /* 64x32000 f32, measured */
+    {4, 40102, HEUR_MID, 256, 256, 256, 1, 1, 0, 3, 0}, /* 4096x32000 f32, measured */
+    {4, 40102, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x32000 f32, measured */
+    {4, 80285, HEUR_FEW, 128, 128, 128, 2, 0, 0, 1, 0}, /* 8x50257 f32, measured */
+    {4, 80285, HEUR_MID, 128, 128, 64, 1, 1, 0, 1, 0}, /* 4096x50257 f32, measured */
+    {4, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 f32, measured */
+    {4, 183361, HEUR_FEW, 256, 256, 128, 1, 2, 0, 0, 0}, /* 64x128256 f32, measured */
+    {4, 183361, HEUR_MID, 128, 128, 64, 1, 2, 0, 1, 0}, /* 2048x128256 f32, measured */
+    {4, 183361, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, measured */
+    {4, 0, HEUR_FEW, 256, 256, 128, 1, 1, 0, 0, 0}, /* 64x262144 f32, measured */
+    {4, 0, HEUR_MID, 256, 256, 64, 1, 0, 0, 1, 0}, /* 2048x262144 f32, measured */
+    {4, 0, HEUR_MANY, 256, 256, 256, 1, 0, 0, 1, 0}, /* 8192x128256 f32, nearest band */
+    {2, 4, HEUR_FEW, 1, 128, 4, 1, 0, 0, 1, 0}, /* 1x2 bf16, measured */
+    {2, 4, HEUR_MID, 1, 128, 4, 1, 1, 0, 1, 0}, /* 1024x2 bf16, measured */
+    {2, 4, HEUR_MANY, 1, 512, 4, 2, 2, 0, 3, 0}, /* 1048576x2 bf16, measured */
+    {2, 31, HEUR_FEW, 1, 128, 32, 1, 0, 0, 1, 0}, /* 1x10 bf16, measured */
+    {2, 31, HEUR_MID, 8, 128, 4, 2, 0, 0, 0, 0}, /* 1024x10 bf16, measured */
+    {2, 31, HEUR_MANY, 1, 512, 32, 2, 0, 0, 3, 0}, /* 1048576x10 bf16, measured */
+    {2, 316, HEUR_FEW, 32, 128, 16, 1, 0, 0, 1, 0}, /* 1x100 bf16, measured */
+    {2, 316, HEUR_MID, 8, 128, 32, 1, 0, 0, 1, 0}, /* 1024x100 bf16, measured */
+    {2, 316, HEUR_MANY, 2, 128, 128, 2, 0, 0, 1, 0}, /* 1048576x100 bf16, measured */
+    {2, 2023, HEUR_FEW, 128, 128, 16, 1, 0, 0, 1, 0}, /* 1x1000 bf16, measured */
+    {2, 2023, HEUR_MID, 32, 128, 64, 1, 0, 0, 1, 0}, /* 256x1000 bf16, measured */
+    {2, 2023, HEUR_MANY, 8, 128, 128, 1, 0, 0, 1, 0}, /* 262144x1000 bf16, measured */
+    {2, 11448, HEUR_FEW, 128, 128, 64, 2, 0, 0, 1, 0}, /* 64x4096 bf16, measured */
+    {2, 11448, HEUR_MID, 64, 64, 64, 1, 0, 0, 1, 0}, /* 1024x4096 bf16, measured */
+    {2, 11448, HEUR_MANY, 8, 256, 128, 1, 2, 0, 1, 0}, /* 65536x4096 bf16, measured */
+    {2, 40102, HEUR_FEW, 256, 256, 64, 1, 2, 0, 1, 8}, /* 64x32000 bf16, measured */
+    {2, 40102, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 8}, /* 4096x32000 bf16, measured */
+    {2, 40102, HEUR_MANY, 128, 128, 128, 1, 0, 0, 1, 0}, /* 8192x32000 bf16, measured */
+    {2, 80285, HEUR_FEW, 128, 128, 64, 2, 0, 0, 1, 0}, /* 8x50257 bf16, measured */
+    {2, 80285, HEUR_MID, 128, 128, 128, 1, 1, 0, 1, 8}, /* 4096x50257 bf16, measured */
+    {2, 80285, HEUR_MANY, 128, 128, 128, 1, 1, 0, 3, 0}, /* 16384x50257 bf16, measured */
+    {2, 183361, HEUR_FEW, 32, 256, 128, 1, 2, 0, 1, 8}, /* 64x128256 bf16, measured */
+    {2, 183361, HEUR_MID, 256, 256, 128, 1, 2, 0, 1, 0}, /* 2048x128256 bf16, measured */
+    {2, 183361, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, measured */
+    {2, 0, HEUR_FEW, 256, 256, 64, 1, 0, 0, 1, 0}, /* 16x262144 bf16, measured */
+    {2, 0, HEUR_MID, 256, 256, 128, 1, 0, 0, 1, 0}, /* 2048x262144 bf16, measured */
+    {2, 0, HEUR_MANY, 128, 128, 128, 1, 1, 0, 0, 0}, /* 8192x128256 bf16, nearest band */
+};
+/* heuristic-table: end */
+/* clang-format on */
+
+static enum heur_rows heur_rows_of(int64_t n, int sm_count) {
+    if (n < sm_count) return HEUR_FEW;
+    return n < (int64_t)HEUR_MID_ROWS_PER_SM * sm_count ? HEUR_MID : HEUR_MANY;
+}
+
+static const heur_cell *heur_find(const xent_problem *p, int sm_count) {
+    int esize = xent_dtype_size(p->logits);
+    enum heur_rows rows = heur_rows_of(p->n, sm_count);
+    for (size_t i = 0; i < sizeof heur_cells / sizeof heur_cells[0]; i++) {
+        const heur_cell *h = &heur_cells[i];
+        if (h->esize == esize && h->rows == (int)rows && (!h->c_max || p->c <= h->c_max)) return h;
+    }
+    return NULL;
+}
+
+static long pow2_floor(long x) {
+    long p = 1;
+    while (2 * p <= x) p <<= 1;
+    return p;
+}
+
+/* A cell's chunk bytes as loads of this VEC, within a thread's registers. */
+static int heur_items(const heur_cell *h, const xent_config *cfg, xent_dtype d) {
+    if (cfg->tile) return 1;
+    long items = pow2_floor(h->chunk / (cfg->vec * xent_dtype_size(d)));
+    if (items > 32) items = 32;
+    while (items > 1 && items * cfg->vec > xent_chunk_limit(cfg->block)) items /= 2;
+    return (int)items;
+}
+
+/* Few rows are split into segments of at least HEUR_SPLIT_MIN_ELEMS, with at
+ * most HEUR_SPLIT_THREADS_PER_SM of the teams' threads per SM in all: the
+ * extremes of the tuned winners that split (elements: fp32 and bf16 winners
+ * split alike; threads: winners of warp teams split finer than block teams). */
+static int heur_split(const xent_problem *p, int sm_count, const xent_config *cfg) {
+    if (cfg->tile || cfg->tpr < 32 || heur_rows_of(p->n, sm_count) != HEUR_FEW) return 1;
+    int64_t threads = (int64_t)HEUR_SPLIT_THREADS_PER_SM * sm_count;
+    int split = 1;
+    while (split < 128 && p->c / (2 * split) >= HEUR_SPLIT_MIN_ELEMS && p->n * 2 * split * cfg->tpr <= threads)
+        split *= 2;
+    return split;
+}
+
+/* The cell's config for p; 0 when p has no cell. */
+static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
+    const heur_cell *h = heur_find(p, sm_count);
+    if (!h) return 0;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->vec = xent_row_vec(p);
+    cfg->passes = h->passes;
+    cfg->cache = h->cache;
+    cfg->tile = h->tile;
+    cfg->persist = h->persist;
+    cfg->poly = p->logits == XENT_F32 ? 0 : h->poly;
+    /* no team wider than the row's vectors: a cell spans rows down to the band's shortest */
+    cfg->tpr = h->tpr;
+    cfg->block = h->block;
+    narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
+    cfg->items = heur_items(h, cfg, p->logits);
+    set_split(cfg, heur_split(p, sm_count, cfg));
+    fit_chunks(cfg, p);
+    return 1;
+}
+
+/* The table's cell, or the rule where the cell does not fit the problem. */
+void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
+        grad_heuristic(p, cfg);
+        return;
+    }
+    if (table_heuristic(p, sm_count, cfg) && xent_config_fits(cfg, p, NULL, 0)) return;
+    rule_heuristic(p, sm_count, cfg);
+}
