@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
-#   grad gradtune py gradprofile random threads sanitize faults vocabpar ship
+#   grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -247,6 +247,11 @@ for s in "$@"; do
                 done
             done
         done ;;
+    pairs)
+        # two configs of a problem timed in one xent-tune process (bench/config_pairs.py):
+        # a rule that changes a config against the config it replaces, PAIRS_REPS times
+        stage "config pairs of ${PAIRS_FILE:?PAIRS_FILE names the pairs}"
+        run python3 bench/config_pairs.py "$PAIRS_FILE" --reps "${PAIRS_REPS:-2}" --out "$OUT/pairs" ;;
     threads)
         # 16 threads, each its own stream, workspace and problem, building
         # their plans at once, against a serial run (THREADS_ROUNDS launches
