@@ -1294,6 +1294,14 @@ START_TEST(test_dry_run_lookup) {
         expect_in("stdout", r.out, t->want, &r);
         result_free(&r);
     }
+    /* and in JSON, an object of the same parts */
+    result j = RUN("--dry-run", "--json", "--gpu", "h100", "--shape", "32768x4096", "--config",
+                   "VEC=4 TPR=32 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1");
+    expect_code(&j, 0);
+    expect_in("stdout", j.out,
+              "\"lookup\": {\"config\": \"VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 ", &j);
+    expect_in("stdout", j.out, "\"source\": \"arch\", \"cache\": \"h200\", \"note\": \"\"}", &j);
+    result_free(&j);
     /* without a named GPU there is none to look up for */
     result r = RUN("--dry-run", "--shape", "8x8");
     expect_code(&r, 0);

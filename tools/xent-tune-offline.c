@@ -106,15 +106,33 @@ static void heuristic_text(const cli *o, const xent_problem *p, char *buf, size_
 }
 
 /* What the runtime on --gpu KEY would run for p, from the caches it reads
- * ($XENT_TUNECACHE, $XENT_DATADIR): "CONFIG source=nearest cache=h200 note=...". */
-static void lookup_text(const cli *o, const xent_problem *p, char *buf, size_t len) {
-    xent_config cfg;
+ * ($XENT_TUNECACHE, $XENT_DATADIR). */
+typedef struct offline_answer {
+    char config[200];
+    xent_source source;
     tc_answer a;
-    char text[200];
-    xent_source src = xent_lookup_offline(o->gpu, offline_arch(o), offline_sm_count(o), p, &cfg, &a);
-    xent_config_format(&cfg, text, sizeof text);
-    snprintf(buf, len, "%s source=%s%s%s%s%s", text, xent_source_text(src), a.cache[0] ? " cache=" : "", a.cache,
-             a.note[0] ? " note=" : "", a.note);
+} offline_answer;
+
+static void lookup_offline(const cli *o, const xent_problem *p, offline_answer *ans) {
+    xent_config cfg;
+    ans->source = xent_lookup_offline(o->gpu, offline_arch(o), offline_sm_count(o), p, &cfg, &ans->a);
+    xent_config_format(&cfg, ans->config, sizeof ans->config);
+}
+
+/* "CONFIG source=nearest cache=h200 note=...", as xent_plan_describe words it. */
+static void print_lookup(const cli *o, const offline_answer *ans) {
+    const tc_answer *a = &ans->a;
+    printf("# lookup on %s: %s source=%s%s%s%s%s\n", o->gpu, ans->config, xent_source_text(ans->source),
+           a->cache[0] ? " cache=" : "", a->cache, a->note[0] ? " note=" : "", a->note);
+}
+
+static void json_lookup(json *j, const offline_answer *ans) {
+    json_object(j, "lookup");
+    json_string(j, "config", ans->config);
+    json_string(j, "source", xent_source_text(ans->source));
+    json_string(j, "cache", ans->a.cache[0] ? ans->a.cache : NULL);
+    json_string(j, "note", ans->a.note);
+    json_end(j);
 }
 
 int cmd_dry_run(const cli *o) {
@@ -126,7 +144,8 @@ int cmd_dry_run(const cli *o) {
     int rc = 0;
     for (int i = 0; !rc && i < o->nshapes; i++) {
         xent_problem p;
-        char what[160], cfg[200], looked[1100];
+        char what[160], cfg[200];
+        offline_answer looked;
         xent_config *cfgs;
         problem_for(o, i, &p);
         describe_problem(&p, what, sizeof what);
@@ -153,15 +172,15 @@ int cmd_dry_run(const cli *o) {
         }
         heuristic_text(o, &p, cfg, sizeof cfg);
         int offline = strcmp(o->gpu, "auto") != 0; /* a named GPU: what its runtime would run */
-        if (offline) lookup_text(o, &p, looked, sizeof looked);
+        if (offline) lookup_offline(o, &p, &looked);
         if (o->json) {
             json_end(&j);
             json_string(&j, "heuristic", cfg);
-            if (offline) json_string(&j, "lookup", looked);
+            if (offline) json_lookup(&j, &looked);
             json_end(&j);
         } else {
             printf("# heuristic: %s\n", cfg);
-            if (offline) printf("# lookup on %s: %s\n", o->gpu, looked);
+            if (offline) print_lookup(o, &looked);
         }
         free(cfgs);
     }
