@@ -35,7 +35,7 @@ def matches(given, timed):
     """Whether a config the tuner printed (every knob) is the one given (some knobs):
     a knob left out of the given text takes its first value, 0 for the optional ones."""
     g, t = knobs(given), knobs(timed)
-    return all(t.get(k, 0) == v for k, v in g.items()) and all(g.get(k, 0) == v for k, v in t.items() if k not in g and v)
+    return all(t.get(k, 0) == v for k, v in g.items()) and not any(v for k, v in t.items() if k not in g)
 
 
 def parse_pairs(path):

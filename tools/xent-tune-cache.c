@@ -128,7 +128,7 @@ static int show_entries(const cli *o, show_state *s) {
     tc_db *db;
     int rc = open_db(o, 1, &db);
     if (rc) return rc;
-    const char *gpu = strcmp(o->gpu, "auto") ? o->gpu : NULL;
+    const char *gpu = named_gpu(o);
     rc = tc_foreach(db, gpu, show_row, s);
     if (rc) fprintf(stderr, "%s: %s\n", PROG, tc_errmsg(db));
     tc_close(db);

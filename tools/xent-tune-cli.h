@@ -6,6 +6,7 @@
 #define XENT_TOOLS_XENT_TUNE_CLI_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "gen/gen.h"
 #include "tools/json.h"
@@ -29,6 +30,9 @@ typedef struct cli {
 } cli;
 
 #define PROG "xent-tune"
+
+/* The GPU --gpu names, NULL for "auto" (the device as it is). */
+static inline const char *named_gpu(const cli *o) { return strcmp(o->gpu, "auto") ? o->gpu : NULL; }
 
 /* xent-tune-cache.c */
 int cmd_show(const cli *o);

@@ -53,7 +53,7 @@ void describe_problem(const xent_problem *p, char *buf, size_t len) {
              p->z_loss > 0 ? " z-loss" : "", p->softcap > 0 ? " softcap" : "");
 }
 
-static const xent_gpu_spec *offline_gpu(const cli *o) { return strcmp(o->gpu, "auto") ? xent_gpu_find(o->gpu) : NULL; }
+static const xent_gpu_spec *offline_gpu(const cli *o) { return named_gpu(o) ? xent_gpu_find(o->gpu) : NULL; }
 
 /* The SM count and architecture without a GPU: --gpu's, else an H200's
  * (--arch, when given, names the architecture). */
@@ -171,7 +171,7 @@ int cmd_dry_run(const cli *o) {
                 printf("%s\n", cfg);
         }
         heuristic_text(o, &p, cfg, sizeof cfg);
-        int offline = strcmp(o->gpu, "auto") != 0; /* a named GPU: what its runtime would run */
+        int offline = named_gpu(o) != NULL; /* a named GPU: what its runtime would run */
         if (offline) lookup_offline(o, &p, &looked);
         if (o->json) {
             json_end(&j);

@@ -20,7 +20,7 @@
 #include "tools/xent-tune-cli.h"
 
 static int check_gpu(const cli *o, const xent_device_info *info) {
-    if (!strcmp(o->gpu, "auto")) return 0;
+    if (!named_gpu(o)) return 0;
     const xent_gpu_spec *g = xent_gpu_find(o->gpu);
     int cc = info->cc_major * 10 + info->cc_minor, sm_ok = !g;
     for (int i = 0; g && i < 3 && g->sms[i]; i++) sm_ok |= g->sms[i] == info->sm_count;

@@ -351,7 +351,7 @@ static int parse_args(cli *o, int argc, char **argv) {
             o->import_path = argv[optind++];
         }
         if (optind < argc) return bad_usage("unexpected argument '%s'", argv[optind]);
-        if (!strcmp(o->command, "export") && !strcmp(o->gpu, "auto")) return bad_usage("export needs --gpu KEY%s", "");
+        if (!strcmp(o->command, "export") && !named_gpu(o)) return bad_usage("export needs --gpu KEY%s", "");
         return 0;
     }
     if (!o->nshapes) return bad_usage("no problem given: use --shape NxC or --shapes-file FILE%s", "");
