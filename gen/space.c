@@ -341,6 +341,13 @@ long long xent_persistent_grid(long long groups, long long resident, int persist
     return (groups + rounds - 1) / rounds;
 }
 
+int xent_config_same_kernel(const xent_config *a, const xent_config *b) {
+    xent_config x = *a, y = *b;
+    if (x.persist == 2 || y.persist == 2) return !memcmp(&x, &y, sizeof x); /* PERSIST=2 is rendered */
+    x.persist = y.persist = 0;
+    return !memcmp(&x, &y, sizeof x);
+}
+
 size_t xent_space_enumerate(xent_dtype d, const xent_problem *relevant_to, int sm_count, xent_config *out, size_t cap) {
     xent_config cur;
     memset(&cur, 0, sizeof cur);

@@ -101,6 +101,9 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
  * round and less than two, which take 3's two even rounds instead of a
  * second, partial round of blocks (412 groups over 396: 206 blocks). */
 long long xent_persistent_grid(long long groups, long long resident, int persist);
+/* Nonzero when a and b differ at most in a static PERSIST (0, 1 or 3): the
+ * same kernel, so that the same grid is the same launch. */
+int xent_config_same_kernel(const xent_config *a, const xent_config *b);
 /* Dynamic shared memory a launch of cfg needs for p (bytes). */
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 

@@ -231,6 +231,35 @@ START_TEST(poly_is_optional_and_constrained) {
 }
 END_TEST
 
+/* Static schedules share a kernel; PERSIST=2 and every other knob render their own. */
+START_TEST(same_kernel_across_static_grids) {
+    static const struct {
+        const char *a, *b;
+        int same;
+    } cases[] = {
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
+         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", 1},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 1},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2", 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1", 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=1", 0},
+        {"VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0 POLY=8",
+         "VEC=8 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=3 POLY=4", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        xent_config a, b;
+        ck_assert_int_eq(xent_config_parse(cases[i].a, &a, NULL, 0), XENT_OK);
+        ck_assert_int_eq(xent_config_parse(cases[i].b, &b, NULL, 0), XENT_OK);
+        ck_assert_msg(!xent_config_same_kernel(&a, &b) == !cases[i].same, "%s / %s", cases[i].a, cases[i].b);
+        ck_assert_msg(!xent_config_same_kernel(&b, &a) == !cases[i].same, "%s / %s", cases[i].b, cases[i].a);
+    }
+}
+END_TEST
+
 START_TEST(persistent_grids) {
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 0), 8192); /* not persistent: every group */
     ck_assert_int_eq(xent_persistent_grid(792, 396, 0), 792);   /* two whole rounds */
@@ -692,6 +721,7 @@ int main(void) {
     tcase_add_loop_test(tc, retired_knob_reads_as_zero, 0, (int)(sizeof retired_cases / sizeof retired_cases[0]));
     tcase_add_test(tc, poly_is_optional_and_constrained);
     tcase_add_test(tc, persistent_grids);
+    tcase_add_test(tc, same_kernel_across_static_grids);
     tcase_add_test(tc, constraints_hold);
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);

@@ -29,6 +29,7 @@ typedef struct xent_trial {
     double gbps;
     double rel_err;
     int registers;
+    unsigned grid; /* blocks of its launch (0: never built) */
     char reason[160];
 } xent_trial;
 
