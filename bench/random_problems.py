@@ -29,6 +29,10 @@ For each problem, in this order:
             Its result is checked against float32 PyTorch first (relative 1e-3) and its plan's
             source and note recorded.
   tuned     a fresh context reading SCRATCH/tuned.db as its user cache (the same check).
+            With --tuned-from REPORT, the tune step times the top three configs of REPORT's tune
+            of the same problem again (xent-tune --config ... --store-config) instead of
+            searching: the earlier search's answer, timed beside this build's untuned plan (a
+            few seconds a problem; for a cache or lookup change that leaves the templates alone).
   Timing: bench.py's protocol, back-to-back calls between CUDA events after a GPU sleep that
   lets the host queue them, median of --repeats (default 5) repeats of ~--target-ms (default 3).
 
@@ -202,6 +206,9 @@ def make_markdown(result):
     out.append("Untuned: the lookup over the shipped cache, no user cache. Tuned: the problem's own "
                "`xent-tune` winner. Floor: the fastest read of the same bytes (one-shot or grid-stride). "
                "Times: back-to-back µs per call, median of repeats.")
+    if meta.get("tuned_from"):
+        out.append("Tuned here: the top three configs of the tunes in %s, timed again and the fastest taken."
+                   % meta["tuned_from"])
     out.append("")
     out.append("## Distribution (the drawn problems)")
     out.append("")
@@ -281,10 +288,29 @@ def merge(paths, outdir):
 # measurement (torch from here on)
 # ----------------------------------------------------------------------------
 
+def earlier_configs(args, p):
+    """The configs the --tuned-from report's tune of problem p ranked first (its top), or []."""
+    rec = args.earlier.get(str(p["idx"]), {})
+    if rec.get("name") != p["name"]:
+        return []
+    res = rec.get("tune", {}).get("result", {})
+    configs = [t["config"] for t in res.get("top", [])]
+    best = res.get("best", {}).get("config")  # the heuristic, where nothing beat it
+    return configs + [best] if best and best not in configs else configs
+
+
 def tune(args, p, db):
-    """The problem's own winner into db: the tuner's JSON, or an error text."""
+    """The problem's own winner into db: the tuner's JSON, or an error text. With --tuned-from,
+    the earlier tune's top configs timed again and the fastest stored (xent-tune --store-config)."""
     cmd = [args.tune_bin, "--shape", "%dx%d" % (p["n"], p["c"]), "--dtype", p["dtype"], "--targets", p["targets"],
            "--reduction", p["reduction"], "--budget", str(args.budget), "--db", db, "-q", "--json", "--top", "3"]
+    if args.earlier is not None:
+        given = earlier_configs(args, p)
+        if not given:
+            return {"rc": -1, "error": "the --tuned-from report has no tune of this problem"}
+        for g in given:
+            cmd += ["--config", g]
+        cmd.append("--store-config")
     if p["weights"]:
         cmd.append("-w")
     if p["smoothing"]:
@@ -450,6 +476,7 @@ def run(args, problems):
             "command": " ".join(["python3"] + [os.path.relpath(sys.argv[0])] + sys.argv[1:]),
             "seed": args.seed, "count": args.problems, "only": args.only, "tune": args.tune,
             "budget": args.budget, "datadir": os.environ["XENT_DATADIR"], "commit": commit(),
+            "tuned_from": args.tuned_from,
             "repeats": args.repeats, "target_ms": args.target_ms, "cap_gb": args.cap_gb}
     result = {"meta": meta, "problems": {}}
     args.t_start = time.time()
@@ -492,9 +519,16 @@ def main():
     ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "xent-random"),
                     help="folder of the tuned cache (tuned.db), kept between pieces (default /tmp/xent-random)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine parts' random.json into one report")
+    ap.add_argument("--tuned-from", metavar="JSON",
+                    help="instead of tuning, time again the top configs of this earlier report's tunes "
+                         "(the same draw) and take the fastest as the tuned plan")
     args = ap.parse_args()
     if args.merge:
         return merge(args.merge, args.out)
+    args.earlier = None
+    if args.tuned_from:
+        with open(args.tuned_from) as f:
+            args.earlier = json.load(f)["problems"]
     problems = draw(args.seed, args.problems, int(args.cap_gb * 1e9))
     if args.with_fixed:
         problems += fixed(len(problems))

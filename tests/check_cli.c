@@ -725,6 +725,7 @@ START_TEST(test_config_option) {
     USAGE("cannot run 8x8 f32 i64 mean", "PERSIST=2 with a sum or mean needs SPLIT > 1", "--dry-run", "-s", "8x8",
           "--config", "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=2");
     USAGE("--config and --exhaustive exclude each other", NULL, "-s", "8x8", "--config", a, "--exhaustive");
+    USAGE("--store-config needs --config", NULL, "-s", "8x8", "--store-config");
 }
 END_TEST
 

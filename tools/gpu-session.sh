@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
-#   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile sweep export bench ab
+#   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile import sweep export bench ab
 #   grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
@@ -95,11 +95,15 @@ for s in "$@"; do
         # the C API end to end, from the tune cache the tune stage filled
         stage "C example"
         run build/xent-example ;;
+    import)
+        # the shipped entries into the session cache, so that an export after a
+        # sweep of some sets keeps the rest
+        stage "import the shipped cache"
+        run $TUNE import tunecache/h200.sql ;;
     sweep)
-        # SWEEP_SETS: f32 (sweep-shapes.txt), bf16 (sweep-shapes-16bit.txt, whose
-        # entries answer f16 too), each optionally of another problem kind: DTYPE:KIND
-        # with KIND none, sum, i32, smoothing or weights (e.g. "bf16:none f32:smoothing");
-        # the tune and gradtune stages import the shipped entries, so run one of them
+        # SWEEP_SETS: f32 (sweep-shapes.txt), bf16 or f16 (sweep-shapes-16bit.txt),
+        # each optionally of another problem kind: DTYPE:KIND with KIND none, sum,
+        # i32, smoothing or weights (e.g. "bf16:none f32:smoothing"); run import
         # first when the sweep covers part of the sets only
         stage "sweep for the shipped cache (${SWEEP_SETS:-f32 bf16})"
         for set in ${SWEEP_SETS:-f32 bf16}; do
@@ -146,6 +150,9 @@ for s in "$@"; do
         ship() { run $TUNE --gpu h200 --db "$db" -q --top 1 "$@"; }
         ship --shapes-file tunecache/sweep-shapes.txt --budget 3
         ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --budget 5
+        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype f16 --budget 5
+        ship --shapes-file tunecache/sweep-shapes.txt --reduction none --budget 3
+        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --reduction none --budget 5
         for sh in $TUNE_SHAPES; do
             budget=8; [ "$sh" = 1048576x10 ] && budget=40 # its winner needed the larger budget
             ship --shape "$sh" --budget "$budget"
@@ -212,8 +219,10 @@ for s in "$@"; do
         # fits 40 problems untuned, ~10 at RANDOM_BUDGET=30, ~20 at 10); merge the
         # pieces' random.json with --merge. The tuned cache stays in /tmp/xent-random.
         # RANDOM_FIXED=1 (default) appends the issue's 8 fixed problems as 40..47.
+        # RANDOM_TUNED_FROM=JSON times an earlier report's tuned configs again instead of tuning.
         stage "random problems ${RANDOM_ONLY:-all} (budget ${RANDOM_BUDGET:-30})"
         tune=(--budget "${RANDOM_BUDGET:-30}"); [ "${RANDOM_BUDGET:-30}" = 0 ] && tune=(--no-tune)
+        [ -n "${RANDOM_TUNED_FROM:-}" ] && tune=(--tuned-from "$RANDOM_TUNED_FROM")
         XENT_DATADIR="${RANDOM_DATADIR:-$PWD/tunecache}" run python3 bench/random_problems.py \
             --seed "${RANDOM_SEED:-12}" --problems "${RANDOM_PROBLEMS:-40}" ${RANDOM_ONLY:+--only "$RANDOM_ONLY"} \
             $([ "${RANDOM_FIXED:-1}" = 1 ] && echo --with-fixed) \

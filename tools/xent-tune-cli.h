@@ -26,6 +26,7 @@ typedef struct cli {
     double budget;
     int json, dry_run, compile_only, exhaustive, quiet, device, top, jobs, arch;
     int stamp;          /* import --stamp */
+    int store_given;    /* --store-config: the fastest --config is stored as the winner */
     int64_t row_stride; /* --row-stride: elements between row starts (0: c, contiguous rows) */
 } cli;
 

@@ -71,7 +71,7 @@ static void print_table(const cli *o, const xent_problem *p, const xent_device_i
     if (r->best.status == TRIAL_OK)
         printf("%s %9.2f us  %.2fx the heuristic, %.1f%% of the floor  %s%s\n", o->ngiven ? "fastest  " : "winner   ",
                r->best.us, r->heuristic.us / r->best.us, 100.0 * r->floor_us / r->best.us, cfg,
-               o->ngiven ? "  (of the --config list; not stored)" : "");
+               o->ngiven && !o->store_given ? "  (of the --config list; not stored)" : "");
     for (int i = 0, n = 0; i < r->ntrials && n < 5; i++)
         if (r->trials[i].status == TRIAL_WRONG || r->trials[i].status == TRIAL_COMPILE_ERROR) {
             config_text(&r->trials[i].config, cfg, sizeof cfg);
@@ -147,11 +147,13 @@ static int tune_one(const cli *o, xent_context *ctx, const xent_device_info *inf
     opts.progress = progress;
     opts.progress_arg = &b;
     opts.db = db;
-    snprintf(settings, sizeof settings, "budget=%g exhaustive=%d reps=%d", o->budget, o->exhaustive, opts.reps);
+    snprintf(settings, sizeof settings, "budget=%g exhaustive=%d reps=%d%s", o->budget, o->exhaustive, opts.reps,
+             o->store_given ? " given=1" : "");
     opts.settings = settings;
     if (check_given(o, &p)) return EXIT_USAGE;
     opts.only = o->ngiven ? o->given : NULL;
     opts.nonly = o->ngiven;
+    opts.store_only = o->store_given;
     if (!b.quiet) fprintf(stderr, "tuning %s on %s\n", what, info->name);
     int rc = xent_tune(ctx, &p, &opts, &r);
     if (b.tty && !b.quiet) fprintf(stderr, "\n");

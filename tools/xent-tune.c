@@ -54,7 +54,9 @@ static void usage(FILE *f) {
             "  -x, --exhaustive           time every candidate (ignores the budget)\n"
             "      --config TEXT          only this config (repeatable), e.g. \"VEC=4 TPR=32 BLOCK=256\n"
             "                             ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3\": timed\n"
-            "                             and listed, never stored as the winner\n"
+            "                             and listed, not stored as the winner\n"
+            "      --store-config         with --config: store the fastest of them as the winner\n"
+            "                             (configs an earlier search found, timed again)\n"
             "  -j, --jobs N               compile threads (default: CPUs)\n"
             "      --device N             CUDA device ordinal (default 0)\n"
             "      --db PATH              tune cache (default $XENT_TUNECACHE, else ~/.cache/xent/tune.db)\n"
@@ -278,6 +280,7 @@ static int parse_option(cli *o, int opt, const char *arg) {
     case 'q': o->quiet = 1; return 0;
     case 'o': o->output = arg; return 0;
     case 'S': o->stamp = 1; return 0;
+    case 'P': o->store_given = 1; return 0;
     default: return EXIT_USAGE;
     }
 }
@@ -311,6 +314,7 @@ static int parse_args(cli *o, int argc, char **argv) {
                                           {"quiet", no_argument, 0, 'q'},
                                           {"output", required_argument, 0, 'o'},
                                           {"stamp", no_argument, 0, 'S'},
+                                          {"store-config", no_argument, 0, 'P'},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, 'V'},
                                           {0, 0, 0, 0}};
@@ -357,6 +361,7 @@ static int parse_args(cli *o, int argc, char **argv) {
     if (!o->nshapes) return bad_usage("no problem given: use --shape NxC or --shapes-file FILE%s", "");
     if (o->dry_run && o->compile_only) return bad_usage("--dry-run and --compile-only exclude each other%s", "");
     if (o->ngiven && o->exhaustive) return bad_usage("--config and --exhaustive exclude each other%s", "");
+    if (o->store_given && !o->ngiven) return bad_usage("--store-config needs --config%s", "");
     return 0;
 }
 

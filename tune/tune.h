@@ -43,7 +43,8 @@ typedef struct xent_tune_opts {
     xent_tune_progress progress;
     void *progress_arg;
     const xent_config *only; /* when non-NULL, time these nonly configs, not the space's; */
-    int nonly;               /* the winner is then reported but never stored */
+    int nonly;               /* the winner is then reported but not stored, */
+    int store_only;          /* unless this is set (a re-timing of configs a search found) */
     tc_db *db;               /* winner and trials are stored here when non-NULL */
     const char *settings;    /* stored with the winner */
 } xent_tune_opts;

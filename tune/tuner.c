@@ -450,8 +450,9 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
  * winner's write after them says whether the cache takes writes. */
 static int store_winner(search *s, const xent_tune_result *r) {
     /* configs the caller named are a measurement, not a search: a winner
-     * among them may be far from the best, so it never replaces one */
-    if (!s->o->db || r->best.status != TRIAL_OK || s->o->only) return XENT_OK;
+     * among them may be far from the best, so it replaces one only when the
+     * caller says they are a search's (store_only) */
+    if (!s->o->db || r->best.status != TRIAL_OK || (s->o->only && !s->o->store_only)) return XENT_OK;
     tc_key key;
     tc_entry e;
     memset(&e, 0, sizeof e);

@@ -16,8 +16,9 @@
 
 static char db_path[256];
 
+/* store_only: the fastest of the only configs becomes the winner (xent-tune --store-config). */
 static void tune_into(const char *path, xent_problem *p, double budget_s, const xent_config *only, int nonly,
-                      xent_tune_result *r) {
+                      int store_only, xent_tune_result *r) {
     xent_context *ctx;
     int rc = xent_context_create(&ctx, 0);
     ck_assert_msg(rc == XENT_OK, "%s: %s", xent_errstr(rc), xent_errmsg(ctx));
@@ -29,6 +30,7 @@ static void tune_into(const char *path, xent_problem *p, double budget_s, const 
     o.budget_s = budget_s;
     o.only = only;
     o.nonly = nonly;
+    o.store_only = store_only;
     o.db = db;
     o.settings = "check_tune";
     rc = xent_tune(ctx, p, &o, r);
@@ -100,7 +102,7 @@ static void tune_case(int64_t n, int64_t c) {
     xent_problem p;
     xent_problem_init(&p, n, c);
     xent_tune_result r;
-    tune_into(db_path, &p, 4, NULL, 0, &r);
+    tune_into(db_path, &p, 4, NULL, 0, 0, &r);
     ck_assert_int_eq(r.best.status, TRIAL_OK);
     ck_assert(r.best.us > 0 && r.floor_us > 0 && r.heuristic.us > 0);
     ck_assert(r.best.us <= r.heuristic.us); /* the winner is never slower than the default */
@@ -130,7 +132,7 @@ START_TEST(budget_reports_what_it_left) {
     xent_problem p;
     xent_problem_init(&p, 256, 4096);
     xent_tune_result r;
-    tune_into(db_path, &p, 1e-3, NULL, 0, &r);
+    tune_into(db_path, &p, 1e-3, NULL, 0, 0, &r);
     ck_assert_int_gt(r.timed, 0);
     ck_assert_int_gt(r.unreached, 0);
     ck_assert_int_le(r.ntrials + r.unreached, r.candidates);
@@ -140,9 +142,9 @@ START_TEST(budget_reports_what_it_left) {
 END_TEST
 
 /* Configs given (xent-tune --config): exactly those are timed, each to the
- * end however slow against the heuristic, and their fastest never becomes
- * the stored winner. */
-START_TEST(given_configs_are_timed_not_stored) {
+ * end however slow against the heuristic, and their fastest becomes the
+ * stored winner only when asked (_i = 1: --store-config). */
+START_TEST(given_configs_are_timed_stored_when_asked) {
     xent_problem p;
     xent_problem_init(&p, 512, 1000);
     xent_config given[2];
@@ -157,7 +159,7 @@ START_TEST(given_configs_are_timed_not_stored) {
     snprintf(path, sizeof path, "%s.given", db_path);
     unlink(path);
     xent_tune_result r;
-    tune_into(path, &p, 4, given, 2, &r);
+    tune_into(path, &p, 4, given, 2, _i, &r);
     ck_assert_int_eq(r.candidates, 2);
     ck_assert_int_eq(r.ntrials, 2);
     ck_assert_int_eq(r.timed, 2);
@@ -165,9 +167,15 @@ START_TEST(given_configs_are_timed_not_stored) {
     ck_assert_int_eq(r.best.status, TRIAL_OK);
     ck_assert(!memcmp(&r.best.config, &given[0], sizeof given[0]) ||
               !memcmp(&r.best.config, &given[1], sizeof given[1]));
+    xent_config best = r.best.config;
     xent_tune_result_free(&r);
     tc_entry e;
-    ck_assert_int_eq(stored_entry(path, &p, &e), XENT_ENOTFOUND);
+    ck_assert_int_eq(stored_entry(path, &p, &e), _i ? XENT_OK : XENT_ENOTFOUND);
+    if (_i) {
+        xent_config got;
+        ck_assert_int_eq(xent_config_parse(e.config, &got, why, sizeof why), XENT_OK);
+        ck_assert(!memcmp(&got, &best, sizeof got));
+    }
     unlink(path);
 }
 END_TEST
@@ -187,7 +195,7 @@ START_TEST(given_slow_split_is_timed_and_correct) {
     snprintf(path, sizeof path, "%s.split", db_path);
     unlink(path);
     xent_tune_result r;
-    tune_into(path, &p, 4, &given, 1, &r);
+    tune_into(path, &p, 4, &given, 1, 0, &r);
     ck_assert_int_eq(r.ntrials, 1);
     ck_assert_msg(r.trials[0].status == TRIAL_OK, "SPLIT=128: %s", r.trials[0].reason);
     ck_assert_int_eq(r.timed, 1);
@@ -208,7 +216,7 @@ START_TEST(full_disk_fails_the_tune_and_keeps_the_cache) {
     xent_problem_init(&early, 512, 1000);
     xent_problem_init(&late, 2048, 4096);
     xent_tune_result r;
-    tune_into(path, &early, 2, NULL, 0, &r);
+    tune_into(path, &early, 2, NULL, 0, 0, &r);
     xent_tune_result_free(&r);
     tc_entry before, after;
     ck_assert_int_eq(stored_entry(path, &early, &before), XENT_OK);
@@ -270,7 +278,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, tune_small_shapes);
     tcase_add_test(tc, budget_reports_what_it_left);
-    tcase_add_test(tc, given_configs_are_timed_not_stored);
+    tcase_add_loop_test(tc, given_configs_are_timed_stored_when_asked, 0, 2);
     tcase_add_test(tc, given_slow_split_is_timed_and_correct);
     tcase_add_test(tc, full_disk_fails_the_tune_and_keeps_the_cache);
     suite_add_tcase(s, tc);
