@@ -150,12 +150,14 @@ def name_of(p):
 
 
 def parse_range(text, count):
+    """'i..j', 'i', or a comma-separated list of either: the problems to measure."""
     if not text:
         return list(range(count))
-    lo, _, hi = text.partition("..")
-    lo = int(lo)
-    hi = int(hi) if hi else lo
-    return [i for i in range(lo, hi + 1) if i < count]
+    chosen = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("..")
+        chosen += [i for i in range(int(lo), (int(hi) if hi else int(lo)) + 1) if i < count]
+    return chosen
 
 
 # ----------------------------------------------------------------------------
@@ -505,7 +507,7 @@ def main():
     ap = argparse.ArgumentParser(description="xent on random problems: untuned vs tuned vs the read floor")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--problems", type=int, default=40, help="how many to draw (default 40)")
-    ap.add_argument("--only", help="i..j: measure only problems i to j (inclusive) of the draw")
+    ap.add_argument("--only", help="i..j: measure only problems i to j (inclusive) of the draw; a comma list of such parts")
     ap.add_argument("--list", action="store_true", help="print the drawn problems and exit (no GPU)")
     ap.add_argument("--with-fixed", action="store_true",
                     help="append the issue's %d fixed problems after the draw (numbered from --problems)" % len(FIXED))
