@@ -202,9 +202,11 @@ def make_markdown(result):
     meta = result["meta"]
     rows = sorted(result["problems"].values(), key=lambda r: r["idx"])
     out = ["# xent on random problems: %s, %s" % (meta.get("gpu", "?"), meta.get("date", "?")), ""]
-    out.append("Seed %s, %s problems drawn (%s measured here); build %s; tuner budget %s s; shipped caches %s."
-               % (meta.get("seed"), meta.get("count"), len(rows), meta.get("commit", "?"),
-                  meta.get("budget") if meta.get("tune") else "(not tuned)", meta.get("datadir")))
+    tuned = ("tuned as below" if meta.get("tuned_from") else
+             "tuner budget %s s" % meta.get("budget") if meta.get("tune") else "not tuned")
+    out.append("Seed %s, %s problems drawn (%s measured here); build %s; %s; shipped caches %s."
+               % (meta.get("seed"), meta.get("count"), len(rows), meta.get("commit", "?"), tuned,
+                  meta.get("datadir")))
     out.append("Untuned: the lookup over the shipped cache, no user cache. Tuned: the problem's own "
                "`xent-tune` winner. Floor: the fastest read of the same bytes (one-shot or grid-stride). "
                "Times: back-to-back µs per call, median of repeats.")

@@ -107,9 +107,10 @@ static const lookup_case cases[] = {
      "h200 32768x4096: stale: made by template feedfacefeedface", NULL},
     {"h100 stale sibling", "h100", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 (arch): stale", NULL},
-    /* the shipped cache holds i64 mean entries only: other kinds take them, and say so */
-    {"h200 none takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096,
-     "answered by h200 32768x4096 f32 i64 mean (another kind)", "none"},
+    /* the shipped cache holds i64 entries of mean (every dtype) and none (f32, bf16): a kind
+     * takes its own nearest entry, else the nearest kind's, and says so */
+    {"h200 none takes none", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL, "none"},
     {"h200 weighted i32 takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
      H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "i32 weights smoothing lse"},
     {"h100 sum from h200 mean", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
@@ -123,9 +124,9 @@ static const lookup_case cases[] = {
      "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=32 PERSIST=0", NULL, NULL},
     {"h200 more rows take none", "h200", 90, 132, 229, 12489, 0, NULL, XENT_SOURCE_NEAREST, "h200",
      "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 POLY=8",
-     "answered by h200 64x32000 bf16 i64 mean (another kind)", "f16 weights"},
-    {"h200 longer rows take one pass", "h200", 90, 132, 367696, 217, 0, NULL, XENT_SOURCE_NEAREST, "h200",
-     "VEC=2 TPR=2 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "answered by h200 64x32000 f16 i64 mean (another kind)", "f16 weights"},
+    {"h200 longer rows take one pass", "h200", 90, 132, 1048576, 150, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     "VEC=2 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "answered by h200 1048576x100 bf16 i64 mean (another kind)", "bf16 i32 weights"},
     /* a training entry answers rows it holds as it held its own: a held row
      * near its length, not a row past its chunk, nor one that fills a quarter */

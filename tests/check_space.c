@@ -522,10 +522,10 @@ static const heur_case heur_cases[] = {
     {65536, 4096, XENT_BF16, "VEC=8 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"},
     {1048576, 100, XENT_BF16, "VEC=4 TPR=2 BLOCK=128 ITEMS=16 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     /* a shape between entries: its band's cell (fp16 reads the 2-byte cells) */
-    {65536, 8192, XENT_F16, "VEC=8 TPR=8 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"},
+    {65536, 8192, XENT_F16, "VEC=8 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     {12288, 50257, XENT_BF16, "VEC=8 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"},
     /* a cell's chunk halved where a row's last chunk would be mostly empty (fit_chunks) */
-    {5501, 16908, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {8192, 20000, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     /* 8x50257's VEC=1 ITEMS=32 chunk is 128 bytes: ITEMS=8 at VEC=4; its 16 segments
      * are the rule's 64 (8 rows x 64 x 128 threads within 497 threads an SM) */
     {8, 50257, XENT_F32, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=64 PERSIST=1"},
@@ -533,12 +533,13 @@ static const heur_case heur_cases[] = {
     {7, 1000003, XENT_F32, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=32 PERSIST=0"},
     /* tiny rows: a thread per row, staged in shared memory */
     {3, 7, XENT_F32, "VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
-    /* a cell's team is no wider than the row: 50 vectors in the c <= 2023 band's 128-thread cell */
-    {1, 400, XENT_BF16, "VEC=8 TPR=64 BLOCK=64 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
-    /* short rows load their alignment's vector, the cell's 128-byte chunk as 32 of them:
-     * 555 fp32 rows start 4-byte aligned, 434 fp16 rows 4-byte aligned */
+    /* a cell's team is no wider than the row: 15 vectors in the c <= 173 band's 32-thread cell */
+    {1, 120, XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* short rows load their alignment's vector, the cell's chunk in bytes as as many of them:
+     * 555 fp32 rows start 4-byte aligned (128 bytes, 32 of them), 434 fp16 rows 4-byte
+     * aligned (64 bytes, 16 of them) */
     {373, 555, XENT_F32, "VEC=1 TPR=32 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
-    {14309, 434, XENT_F16, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    {14309, 434, XENT_F16, "VEC=2 TPR=2 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     /* rows aligned to 2 bytes take the widest vector and scalar edges */
     {18242, 1151, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
 };

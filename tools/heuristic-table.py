@@ -9,7 +9,8 @@ markers (or, with --markdown, the same cells as a table for docs/cache.md);
 --check exits 1 when gen/heuristic.c's table is not what the cache gives.
 
 The model: a cell per element size (4 bytes, 2 bytes), row-length band and
-row-count band holds the knobs of one tuned winner. A cell keeps a thread's
+row-count band holds the knobs of one tuned winner, of the fp32 and bf16
+entries of i64 targets, mean and no options (the kind every sweep tunes). A cell keeps a thread's
 chunk in bytes (ITEMS x VEC x element size) rather than ITEMS, so that a
 cell measured for one dtype or vector width reads for another: the runtime
 sets VEC by its own rule (the widest vector for rows of 256 or more, else
@@ -51,8 +52,11 @@ def load(path):
     db = sqlite3.connect(":memory:")
     db.execute(f"CREATE TABLE tune({COLS})")
     db.executescript(open(path).read())
+    # one kind per element size, the one every sweep tunes: fp32 and bf16, i64 targets, mean, no
+    # options (a cell holds one winner; other kinds' entries at the same shapes would compete in it)
     rows = db.execute("SELECT logits, n, c, config, us, settings, sm_count FROM tune "
-                      "WHERE family = 'xent_fwd' ORDER BY logits, c, n").fetchall()
+                      "WHERE family = 'xent_fwd' AND logits IN (0, 2) AND targets = 1 AND reduction = 2 "
+                      "AND options = 0 ORDER BY logits, c, n").fetchall()
     out = []
     for logits, n, c, config, us, settings, sm in rows:
         cfg = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(-?\d+)", config))
