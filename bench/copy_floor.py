@@ -4,11 +4,16 @@
     python3 bench/copy_floor.py [NxC[:bf16] ...]   (default: the four training shapes)
 
 The fused forward+backward reads the logits and writes a gradient of the same size; its floor in
-docs/performance.md is a device-to-device cudaMemcpyAsync (the copy engines). This times that copy
-beside the plainest copy kernels on the SMs: one-shot blocks of 256 threads, each thread ITEMS
-(4 or 8) independent 16-byte ld.global.cs loads, then ITEMS stores (st.global or st.global.cs).
-Back to back, median of 5 rounds of 20 calls, µs a call and the ratio to the device copy.
-Needs CuPy.
+docs/performance.md is a device-to-device cudaMemcpyAsync. This times that copy beside the
+plainest copy kernels on the SMs: one-shot blocks of 256 threads, each thread ITEMS (4, 8 or 16)
+independent 16-byte loads (LD: ld.global.cs, or ld.global.nc with the L2's 256-byte prefetch),
+then ITEMS stores (st.global or st.global.cs). Back to back, median of 5 rounds of 20 calls, µs a
+call and the ratio to the device copy.
+
+First it asks whether the device copy runs on the SMs at all: a kernel that keeps every SM full
+(as many blocks as are resident, each spinning for SPIN_MS) is launched on one stream and the
+copy on another; a copy that needs the SMs waits for the spin to end, one done by the copy engines
+does not. It prints both times. Needs CuPy.
 """
 import sys
 
@@ -23,7 +28,7 @@ extern "C" __global__ void __launch_bounds__(256) copy_k(const unsigned char *x,
     for (int i = 0; i < ITEMS; i++) {
         long long o = base + i * 256 * 16;
         if (o < bytes)
-            asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
+            asm volatile(LD ".v4.u32 {%0,%1,%2,%3}, [%4];"
                          : "=r"(r[i][0]), "=r"(r[i][1]), "=r"(r[i][2]), "=r"(r[i][3]) : "l"(x + o));
     }
 #pragma unroll
@@ -34,7 +39,18 @@ extern "C" __global__ void __launch_bounds__(256) copy_k(const unsigned char *x,
                          :: "l"(g + o), "r"(r[i][0]), "r"(r[i][1]), "r"(r[i][2]), "r"(r[i][3]) : "memory");
     }
 }
+
+// every SM full for ns nanoseconds of the global timer
+extern "C" __global__ void __launch_bounds__(1024) spin_k(long long ns, int *done) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < (unsigned long long)ns);
+    if (threadIdx.x == 0) atomicAdd(done, 1);
+}
 '''
+
+SPIN_MS = 20.0
 
 
 def timeit(fn, reps=20, rounds=5):
@@ -52,8 +68,35 @@ def timeit(fn, reps=20, rounds=5):
     return float(np.median(times))
 
 
+def probe_engine(nbytes):
+    """(spin ms, copy ms) with every SM held by spin_k on another stream, both from one start."""
+    src, dst = cp.empty(nbytes, dtype=cp.uint8), cp.empty(nbytes, dtype=cp.uint8)
+    spin = cp.RawKernel(SRC, "spin_k", options=("-DITEMS=4", '-DST="st.global"', '-DLD="ld.global.cs"'))
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    per_sm = dev.attributes["MaxThreadsPerMultiProcessor"] // 1024
+    done = cp.zeros(1, dtype=cp.int32)
+    a, b = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    start, spin_end, copy_end = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()
+    start.record(a)
+    b.wait_event(start)
+    with a:
+        spin((sms * per_sm,), (1024,), (np.int64(SPIN_MS * 1e6), done))
+    spin_end.record(a)
+    cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, b.ptr)
+    copy_end.record(b)
+    spin_end.synchronize()
+    copy_end.synchronize()
+    if int(done[0]) != sms * per_sm:
+        raise SystemExit("spin kernel: %d of %d blocks ran" % (int(done[0]), sms * per_sm))
+    return cp.cuda.get_elapsed_time(start, spin_end), cp.cuda.get_elapsed_time(start, copy_end)
+
+
 def main():
     shapes = sys.argv[1:] or ["32768x4096", "32768x4096:bf16", "16384x50257", "8192x128256:bf16"]
+    spin_ms, copy_ms = probe_engine(1 << 28)
+    print("device copy of 256 MB with every SM held for %.0f ms: the spin ended at %.2f ms, the copy at %.2f ms"
+          " (%s)" % (SPIN_MS, spin_ms, copy_ms, "the copy engines" if copy_ms < spin_ms / 2 else "the copy waited for the SMs"))
     for shape in shapes:
         dims, _, dt = shape.partition(":")
         n, c = map(int, dims.split("x"))
@@ -63,14 +106,16 @@ def main():
         stream = cp.cuda.get_current_stream().ptr
         dma = timeit(lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, stream))
         print("%s (%d bytes): device copy %.1f us" % (shape, nbytes, dma))
-        for items in (4, 8):
-            for st in ("st.global", "st.global.cs"):
-                k = cp.RawKernel(SRC, "copy_k", options=("-DITEMS=%d" % items, '-DST="%s"' % st))
-                grid = (nbytes + 256 * items * 16 - 1) // (256 * items * 16)
-                us = timeit(lambda: k((grid,), (256,), (src, dst, np.int64(nbytes))))
-                if not bool((dst == 1).all()):
-                    raise SystemExit("copy kernel ITEMS=%d %s copied wrong bytes" % (items, st))
-                print("  SM copy, %d loads a thread, %-12s %8.1f us  %.3fx the device copy" % (items, st, us, us / dma))
+        for ld in ("ld.global.cs", "ld.global.nc.L2::256B"):
+            for items in (4, 8, 16):
+                for st in ("st.global", "st.global.cs"):
+                    k = cp.RawKernel(SRC, "copy_k", options=("-DITEMS=%d" % items, '-DST="%s"' % st, '-DLD="%s"' % ld))
+                    grid = (nbytes + 256 * items * 16 - 1) // (256 * items * 16)
+                    dst[:] = 0
+                    us = timeit(lambda: k((grid,), (256,), (src, dst, np.int64(nbytes))))
+                    if not bool((dst == 1).all()):
+                        raise SystemExit("copy kernel %s ITEMS=%d %s copied wrong bytes" % (ld, items, st))
+                    print("  SM copy, %-21s x%-2d %-12s %8.1f us  %.3fx the device copy" % (ld, items, st, us, us / dma))
         del src, dst
         cp.get_default_memory_pool().free_all_blocks()
 
