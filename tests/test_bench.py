@@ -1,0 +1,111 @@
+"""CPU tests of the measurement scripts in bench/: what their reports and the docs' tables rest on.
+
+    python3 -m pytest -q tests/test_bench.py
+
+No GPU and no torch: the scripts import those only to measure.
+"""
+import glob
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import config_pairs  # noqa: E402
+import random_problems as rp  # noqa: E402
+
+
+@pytest.mark.parametrize("text, count, want", [
+    ("", 4, [0, 1, 2, 3]),
+    ("2", 4, [2]),
+    ("1..3", 9, [1, 2, 3]),
+    ("0,3..4,9", 5, [0, 3, 4]),
+    ("46,47", 48, [46, 47]),
+])
+def test_parse_range(text, count, want):
+    assert rp.parse_range(text, count) == want
+
+
+@pytest.mark.parametrize("idx, name", [
+    (0, "18242x1151 f16 i64 mean"),
+    (18, "13183x2505 f16 i32 mean"),
+    (33, "367696x217 bf16 i32 mean +weights"),
+])
+def test_the_draw_is_the_documented_one(idx, name):
+    """docs/random-problems.md's rows are these problems: the seeded draw must not move."""
+    assert rp.draw(12, 40, int(4e9))[idx]["name"] == name
+
+
+def report(seed=12, problems=None, date="d"):
+    return {"meta": {"seed": seed, "count": 40, "date": date}, "problems": problems or {}}
+
+
+def tune_record(name, top, best):
+    return {"name": name, "tune": {"result": {"top": [{"config": c} for c in top], "best": {"config": best}}}}
+
+
+@pytest.mark.parametrize("earlier, want", [
+    ({"18": tune_record("13183x2505 f16 i32 mean", ["A", "B"], "A")}, ["A", "B"]),
+    ({"18": tune_record("13183x2505 f16 i32 mean", ["A", "B"], "H")}, ["A", "B", "H"]),  # the heuristic won
+    ({"18": tune_record("another problem", ["A"], "A")}, []),  # another draw's problem 18
+    ({}, []),
+])
+def test_earlier_configs(earlier, want):
+    p = rp.draw(12, 40, int(4e9))[18]
+    args = type("Args", (), {"earlier": earlier})()
+    assert rp.earlier_configs(args, p) == want
+
+
+def measured(idx, untuned_us):
+    rec = dict(rp.draw(12, 40, int(4e9))[idx])
+    rec.update(floor_us=1.0, untuned={"us": untuned_us, "source": "nearest"}, tuned={"us": 1.0})
+    return rec
+
+
+def test_merge_takes_later_parts(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(report(problems={"1": measured(1, 3.0), "2": measured(2, 2.0)})))
+    b.write_text(json.dumps(report(problems={"1": measured(1, 1.5)}, date="e")))
+    rp.merge([str(a), str(b)], str(tmp_path / "out"))
+    joined = json.loads((tmp_path / "out" / "random.json").read_text())
+    assert joined["problems"]["1"]["untuned"]["us"] == 1.5 and "2" in joined["problems"]
+    assert joined["meta"]["parts"] == ["e"]
+    assert "| 1 | %s |" % measured(1, 0)["name"] in (tmp_path / "out" / "random.md").read_text()
+
+
+def test_merge_refuses_another_draw(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(report()))
+    b.write_text(json.dumps(report(seed=13)))
+    with pytest.raises(SystemExit, match="another draw"):
+        rp.merge([str(a), str(b)], str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("tuned_from, want", [
+    ("earlier.json", "tuned as below"),
+    (None, "tuner budget 10 s"),
+])
+def test_report_says_how_it_tuned(tuned_from, want):
+    r = report()
+    r["meta"].update(tune=True, budget=10, tuned_from=tuned_from)
+    assert want in rp.make_markdown(r)
+
+
+@pytest.mark.parametrize("given, printed, want", [
+    ("VEC=4 TPR=32", "VEC=4 TPR=32 POLY=0", True),
+    ("VEC=4 TPR=32", "VEC=4 TPR=32 POLY=8", False),  # a knob left out reads as 0
+    ("VEC=4 TPR=64", "VEC=4 TPR=32", False),
+])
+def test_pair_config_matches(given, printed, want):
+    assert config_pairs.matches(given, printed) is want
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "bench", "pairs", "*.txt"))))
+def test_pair_files_parse(path):
+    pairs = config_pairs.parse_pairs(path)
+    assert pairs
+    for p in pairs:
+        assert p["a"] != p["b"] and "x" in p["shape"] and p["dtype"] in ("f32", "f16", "bf16")
