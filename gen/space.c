@@ -249,7 +249,6 @@ long xent_seg_vectors(const xent_config *c, const xent_problem *p) {
 /* The ITEMS that hold a lane's share of seg vectors in one chunk. */
 long xent_lane_items(const xent_config *c, long seg) { return xent_pow2_ceil((seg + c->tpr - 1) / c->tpr); }
 
-
 /* Splitting pays only when rows are too few to fill the GPU. */
 static int split_relevant(const xent_problem *p, int sm_count, const xent_config *c) {
     if (c->split == 1) return 1;
@@ -472,7 +471,6 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         return refuse(why, len, "PERSIST=2 with a sum or mean needs SPLIT > 1 (bitwise reproducible sums)");
     return 1;
 }
-
 
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_GRAD || cfg->flat) return 1; /* a flat tile holds no row */
