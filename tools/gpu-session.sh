@@ -139,11 +139,12 @@ for s in "$@"; do
         done ;;
     ship)
         # tunecache/h200.sql from nothing, into a cache of its own (SHIP_DB), with
-        # the budgets docs/cache.md gives each part: the two sweeps, the benchmark
-        # shapes, the training entries; then the export ($OUT/h200.sql) and the
-        # heuristic's table derived from it ($OUT/heuristic-table.c, for the
-        # markers in gen/heuristic.c). About 20 minutes on an H200 by its parts, more than one
-        # call of the device tool: run it where a command has no time limit
+        # the budgets docs/cache.md gives each part: the sweeps (fp32, bf16 and f16
+        # mean; fp32 and bf16 none), the benchmark shapes, the training entries; then
+        # the export ($OUT/h200.sql) and the heuristic's table derived from it
+        # ($OUT/heuristic-table.c, for the markers in gen/heuristic.c). About 30
+        # minutes on an H200 by its parts, more than one call of the device tool:
+        # run it where a command has no time limit
         stage "the shipped cache from nothing"
         db=${SHIP_DB:-/tmp/xent-ship.db}
         rm -f "$db"
