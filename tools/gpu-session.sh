@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile import sweep export bench ab
-#   grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship
+#   copy grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -119,6 +119,11 @@ for s in "$@"; do
     export)
         stage "export"
         run $TUNE export --gpu h200 --output "$OUT/h200.sql" ;;
+    copy)
+        # the training floor: whether the device copy runs on the SMs, and how close
+        # copy kernels come to it (bench/copy_floor.py; COPY_SHAPES, default its four)
+        stage "copy floor"
+        run python3 bench/copy_floor.py ${COPY_SHAPES:-} | tee "$OUT/copy.txt" ;;
     grad)
         # the training ops against the float64 reference, then the time of the
         # fused and backward plans beside a device copy (GRAD_CONFIGS: more
