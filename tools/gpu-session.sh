@@ -148,31 +148,41 @@ for s in "$@"; do
         # mean; fp32 and bf16 none), the benchmark shapes, the training entries; then
         # the export ($OUT/h200.sql) and the heuristic's table derived from it
         # ($OUT/heuristic-table.c, for the markers in gen/heuristic.c). About 30
-        # minutes on an H200 by its parts, more than one call of the device tool:
-        # run it where a command has no time limit
-        stage "the shipped cache from nothing"
+        # minutes on an H200, more than one call of the device tool, so it also runs
+        # by parts: SHIP_PARTS names some of f32 bf16 f16 f32:none bf16:none bench
+        # train and adds them to SHIP_DB as it is (all parts start it from nothing);
+        # the cache is copied to $OUT/ship.db, to carry into the next call's SHIP_DB
+        stage "the shipped cache (${SHIP_PARTS:-all parts, from nothing})"
         db=${SHIP_DB:-/tmp/xent-ship.db}
-        rm -f "$db"
+        [ -n "${SHIP_PARTS:-}" ] || rm -f "$db"
         ship() { run $TUNE --gpu h200 --db "$db" -q --top 1 "$@"; }
-        ship --shapes-file tunecache/sweep-shapes.txt --budget 3
-        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --budget 5
-        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype f16 --budget 5
-        ship --shapes-file tunecache/sweep-shapes.txt --reduction none --budget 3
-        ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --reduction none --budget 5
-        for sh in $TUNE_SHAPES; do
-            budget=8; [ "$sh" = 1048576x10 ] && budget=40 # its winner needed the larger budget
-            ship --shape "$sh" --budget "$budget"
-        done
-        for sh in $TUNE_BF16_SHAPES; do ship --shape "$sh" --dtype bf16 --budget 40; done
-        for t in 16384x50257:f32:fused:35 8192x128256:bf16:fused:35 8192x50257:bf16:fused:20 \
-                 16384x50257:f32:backward:20 8192x128256:bf16:backward:20 4096x32000:bf16:fused:10 \
-                 32768x4096:f32:fused:10 32768x4096:bf16:fused:10 32768x4096:f32:backward:10 \
-                 32768x4096:bf16:backward:10; do
-            IFS=: read -r sh dt op budget <<< "$t"
-            ship --shape "$sh" --dtype "$dt" --op "$op" --budget "$budget"
+        for part in ${SHIP_PARTS:-f32 bf16 f16 f32:none bf16:none bench train}; do
+            echo "--- ship part $part ($(date -u +%H:%M:%S))"
+            case $part in
+            f32) ship --shapes-file tunecache/sweep-shapes.txt --budget 3 ;;
+            bf16|f16) ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype "$part" --budget 5 ;;
+            f32:none) ship --shapes-file tunecache/sweep-shapes.txt --reduction none --budget 3 ;;
+            bf16:none) ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --reduction none --budget 5 ;;
+            bench)
+                for sh in $TUNE_SHAPES; do
+                    budget=8; [ "$sh" = 1048576x10 ] && budget=40 # its winner needed the larger budget
+                    ship --shape "$sh" --budget "$budget"
+                done
+                for sh in $TUNE_BF16_SHAPES; do ship --shape "$sh" --dtype bf16 --budget 40; done ;;
+            train)
+                for t in 16384x50257:f32:fused:35 8192x128256:bf16:fused:35 8192x50257:bf16:fused:20 \
+                         16384x50257:f32:backward:20 8192x128256:bf16:backward:20 4096x32000:bf16:fused:10 \
+                         32768x4096:f32:fused:10 32768x4096:bf16:fused:10 32768x4096:f32:backward:10 \
+                         32768x4096:bf16:backward:10; do
+                    IFS=: read -r sh dt op budget <<< "$t"
+                    ship --shape "$sh" --dtype "$dt" --op "$op" --budget "$budget"
+                done ;;
+            *) echo "FAILED: unknown ship part '$part'"; status=1 ;;
+            esac
         done
         run $TUNE export --gpu h200 --db "$db" --output "$OUT/h200.sql"
-        run python3 tools/heuristic-table.py "$OUT/h200.sql" > "$OUT/heuristic-table.c" ;;
+        run python3 tools/heuristic-table.py "$OUT/h200.sql" > "$OUT/heuristic-table.c"
+        run cp "$db" "$OUT/ship.db" ;;
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
         # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh)
