@@ -276,7 +276,7 @@ for s in "$@"; do
         # two configs of a problem timed in one xent-tune process (bench/config_pairs.py):
         # a rule that changes a config against the config it replaces, PAIRS_REPS times
         stage "config pairs of ${PAIRS_FILE:?PAIRS_FILE names the pairs}"
-        run python3 bench/config_pairs.py "$PAIRS_FILE" --reps "${PAIRS_REPS:-2}" --out "$OUT/pairs" ;;
+        run python3 bench/config_pairs.py "$PAIRS_FILE" --reps "${PAIRS_REPS:-2}" --out "$OUT/pairs/$(basename "$PAIRS_FILE" .txt)" ;;
     threads)
         # 16 threads, each its own stream, workspace and problem, building
         # their plans at once, against a serial run (THREADS_ROUNDS launches
