@@ -250,10 +250,9 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define REGS_FLOOR 48
 #elif XENT_SEGMENTED && XENT_LOGIT == 0
 /* Split fp32 rows: a team's segment is one or a few chunks, and every team
- * should be resident at once. At the floor of 80 a mean of 7x1000003 at 128
- * segments of 128 threads took 80 registers (6 blocks an SM: 792 of its 896
- * teams in the first round) and 16.5 us; at 56 it takes 56 without spilling
- * (9 blocks) and 13.1 us. The shipped split configs run as fast at either. */
+ * of a split should be resident at once; at 80 registers a split of 896
+ * 128-thread teams left a second, partial round, at 56 none spills and all
+ * fit (docs/performance.md has the A/B). */
 #define REGS_FLOOR 56
 #elif XENT_LOGIT == 0
 #define REGS_FLOOR 80
