@@ -73,11 +73,38 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
     set_split(cfg, split);
 }
 
-void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p) {
+/* fp32 rows of FIT_WIDE_F32_MIN_C up to FIT_WIDE_F32_END classes keep a
+ * fitted config's vector where their alignment allows less, with scalar
+ * edges: on odd lengths of 113-231 classes the entry's VEC=4 ran 15-25%
+ * faster than VEC=1 with as many elements a lane (five of five), 9% slower
+ * at 75; 16-bit rows lost 6-21% with their entry's wide vector (nine of
+ * nine), so they narrow (bench/pairs/short-rows-vector.txt); the tuned
+ * winners of 822 and 857 classes narrowed. */
+#define FIT_WIDE_F32_MIN_C 100
+#define FIT_WIDE_F32_END 256
+
+/* Rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks take a
+ * warp team twice as wide with half the chunk a lane: twice the warps on the
+ * same rows, to cover the loads' latency. On the H200 the plans of six
+ * problems below 3.5 blocks per SM ran 5-15% faster so, and eight of ten
+ * above it slower, up to 29% (bench/pairs/team-width.txt). */
+#define FEW_BLOCKS_PER_SM_X10 35
+
+static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
+    if (sm_count <= 0 || cfg->split > 1 || cfg->items < 2 || 2 * cfg->tpr > 32 || 2 * cfg->tpr > cfg->block) return;
+    if (2L * cfg->tpr > xent_pow2_ceil(xent_seg_vectors(cfg, p))) return; /* lanes would idle */
+    int64_t rows = cfg->block / cfg->tpr, blocks = (p->n + rows - 1) / rows;
+    if (10 * blocks >= (int64_t)FEW_BLOCKS_PER_SM_X10 * sm_count) return;
+    cfg->tpr *= 2;
+    cfg->items /= 2;
+}
+
+void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
     xent_config fitted = *cfg;
     fit_split(&fitted, n_from, p);
     int v = xent_row_vec(p);
+    if (p->logits == XENT_F32 && p->c >= FIT_WIDE_F32_MIN_C && p->c < FIT_WIDE_F32_END) v = cfg->vec;
     if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
         long items = (long)cfg->items * cfg->vec / v, most = xent_chunk_limit(cfg->block) / v;
         fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);
@@ -85,6 +112,7 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     }
     fit_team(&fitted, p);
     fit_chunks(&fitted, p);
+    widen_team(&fitted, p, sm_count);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 

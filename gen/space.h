@@ -149,10 +149,12 @@ int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
  * unknown), fitted to p's: its segments a row scaled so that rows x segments
  * stay about the entry's (split rows only), its vector narrowed to the one
  * p's rows load (short rows aligned to less than the config's vector) with as
- * many elements a chunk, its team narrowed to the vectors of a row's segment
- * and its chunk to a lane's share, and two passes made one where the segment
- * outgrows a chunk; unchanged where that does not fit. */
-void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p);
+ * many elements a chunk (16-bit rows, and fp32 rows but those of 100 to
+ * 255 classes), its team narrowed to the vectors of a row's segment and its chunk
+ * to a lane's share, two passes made one where the segment outgrows a chunk,
+ * and a warp team widened where rows are too few for sm_count SMs; unchanged
+ * where that does not fit. */
+void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count);
 /* Whether a training-family config tuned for rows of c_from classes suits
  * p's rows as they are: a row it held in registers is held here too, at least
  * a quarter of the chunk used, and a row it took chunk by chunk is longer

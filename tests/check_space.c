@@ -565,6 +565,24 @@ static const fit_case fit_cases[] = {
      "VEC=1 TPR=16 BLOCK=128 ITEMS=32 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
     {718339, 822, 822, XENT_F32, XENT_OP_FORWARD, FIT_FROM,
      "VEC=2 TPR=16 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    /* fp32 rows of 100-255 classes keep the wide vector with scalar edges; shorter ones and 16-bit narrow */
+    {66502, 215, 215, XENT_F32, XENT_OP_FORWARD, "VEC=4 TPR=1 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=4 TPR=1 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {325269, 75, 75, XENT_F32, XENT_OP_FORWARD, "VEC=4 TPR=4 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=1 TPR=4 BLOCK=128 ITEMS=32 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {614587, 145, 145, XENT_BF16, XENT_OP_FORWARD,
+     "VEC=8 TPR=2 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=2 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    /* rows too few for 3.5 blocks an SM take a warp team twice as wide, half the chunk a lane */
+    {4863, 1104, 1104, XENT_F16, XENT_OP_FORWARD,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=8 TPR=16 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {7741, 1152, 1152, XENT_F16, XENT_OP_FORWARD,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {2000, 1024, 1024, XENT_F32, XENT_OP_FORWARD,
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
     /* aligned rows, and a padded stride that aligns them */
     {8192, 1000, 1000, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM, 0},
     {8192, 999, 1000, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM, 0},
@@ -634,7 +652,7 @@ START_TEST(fit_rows_to_the_problem) {
     p.logits = t->d;
     p.op = t->op;
     ck_assert_msg(xent_config_parse(t->config, &got, why, sizeof why) == XENT_OK, "%s", why);
-    xent_config_fit_rows(&got, t->n_from ? t->n_from : t->n, &p);
+    xent_config_fit_rows(&got, t->n_from ? t->n_from : t->n, &p, 132);
     assert_config_is(&got, t->want, &p);
 }
 END_TEST

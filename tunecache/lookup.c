@@ -61,6 +61,14 @@ static int key_dist(const tc_key *q, const tc_key *k) {
     return d;
 }
 
+/* A unit of key_dist as a shape distance: a difference of kind weighs as much as
+ * moving the shape. One unit is a 1.25x step in n or c, so none for a mean (8 units)
+ * is a 1.9x step, the other 16-bit dtype a 1.25x one. On the H200 an entry of the
+ * other reduction or 16-bit dtype at the problem's own shape beat the problem's own
+ * kind 2x away or more in five of seven pairs, by 0.4-50%, and lost two by 0.8% or
+ * less (bench/pairs/kind-or-shape.txt). */
+#define KIND_UNIT 0.0498 /* log(1.25)^2 */
+
 /* ---- lookup ------------------------------------------------------------- */
 
 /* A row a lookup may answer with. */
@@ -68,7 +76,7 @@ typedef struct cand {
     tc_key k; /* the row's key, with its stamps */
     tc_entry e;
     int kd;    /* key_dist to the query (0: the same problem kind) */
-    double d;  /* shape distance to the query (0: exact) */
+    double d;  /* shape distance to the query (0: exact), plus KIND_UNIT per kd */
     int store; /* which store of the level: on a tie the first wins */
     int dsm;   /* |SM count - the query's| */
 } cand;
@@ -114,7 +122,7 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any
         memset(&c, 0, sizeof c);
         rc = tc_read_row(db, st, &c.k, &c.e);
         c.kd = key_dist(key, &c.k);
-        c.d = exact ? 0.0 : shape_dist(key, c.k.n, c.k.c);
+        c.d = (exact ? 0.0 : shape_dist(key, c.k.n, c.k.c)) + KIND_UNIT * c.kd;
         c.store = store;
         c.dsm = abs(c.k.sm_count - key->sm_count);
         if (rc == XENT_OK) rc = push(db, cs, &c);
@@ -124,14 +132,14 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any
     return rc;
 }
 
-/* Nearest problem kind, nearest shape, then the first store, then the
- * nearest SM count; the rest only makes the order total (smaller n, then
- * smaller c, then the key's fields, first). */
+/* Nearest shape and kind together, then the nearer kind, then the first
+ * store, then the nearest SM count; the rest only makes the order total
+ * (smaller n, then smaller c, then the key's fields, first). */
 static int cmp_cand(const void *pa, const void *pb) {
     const cand *a = pa, *b = pb;
     int g;
-    if (a->kd != b->kd) return a->kd - b->kd;
     if (a->d != b->d) return a->d < b->d ? -1 : 1;
+    if (a->kd != b->kd) return a->kd - b->kd;
     if (a->store != b->store) return a->store - b->store;
     if (a->dsm != b->dsm) return a->dsm - b->dsm;
     if ((g = strcmp(a->k.gpu, b->k.gpu)) != 0) return g;
@@ -186,13 +194,11 @@ static void note_add(tc_answer *a, const char *fmt, ...) {
 }
 
 /* Rows a higher level already tried: the nearest level leaves out the exact
- * shape, the architecture level this GPU's own rows when it searches the
- * shipped store again (a GPU whose own file holds other SM counts), a
- * relaxed-key level the rows of the query's own kind. */
+ * shape of the query's own kind, the architecture level this GPU's own rows
+ * when it searches the shipped store again (a GPU whose own file holds other
+ * SM counts). */
 static int tried_above(const level *lv, const tc_stores *s, const tc_key *key, const cand *c) {
-    if (lv->any_kind && c->kd == 0) /* the same kind's level of these stores came first */
-        return 1;
-    if (lv->from == XENT_SOURCE_NEAREST) return !lv->any_kind && c->k.n == key->n && c->k.c == key->c;
+    if (lv->from == XENT_SOURCE_NEAREST) return c->kd == 0 && c->k.n == key->n && c->k.c == key->c;
     if (lv->from == XENT_SOURCE_ARCH)
         return lv->db[0] == s->shipped && !strcmp(c->k.gpu, key->gpu) && c->k.sm_count == key->sm_count;
     return 0;
@@ -267,10 +273,8 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a) {
     const level levels[] = {
         {XENT_SOURCE_USER_DB, {s->user, NULL}, {"user", NULL}, 1, 0, 0},
         {XENT_SOURCE_SHIPPED, {s->shipped, NULL}, {ship, NULL}, 1, 0, 0},
-        {XENT_SOURCE_NEAREST, {shaped ? s->user : NULL, shaped ? s->shipped : NULL}, {"user", ship}, 0, 0, 0},
-        {XENT_SOURCE_NEAREST, {kinds ? s->user : NULL, kinds ? s->shipped : NULL}, {"user", ship}, 0, 0, 1},
-        {XENT_SOURCE_ARCH, {shaped ? s->arch : NULL, NULL}, {arch, NULL}, 0, 1, 0},
-        {XENT_SOURCE_ARCH, {kinds ? s->arch : NULL, NULL}, {arch, NULL}, 0, 1, 1},
+        {XENT_SOURCE_NEAREST, {shaped ? s->user : NULL, shaped ? s->shipped : NULL}, {"user", ship}, 0, 0, kinds},
+        {XENT_SOURCE_ARCH, {shaped ? s->arch : NULL, NULL}, {arch, NULL}, 0, 1, kinds},
     };
     int err = XENT_ENOTFOUND;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)

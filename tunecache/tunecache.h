@@ -103,8 +103,8 @@ typedef struct tc_stores {
     const char *shipped_name, *arch_name; /* their GPU keys, for answers and notes */
     tc_accept_fn accept;                  /* NULL: every fresh entry is usable */
     void *arg;
-    int any_kind; /* nonzero: entries of another targets type, reduction or options may
-                     answer, after those of the query's own (tc_lookup, levels 3b, 4b) */
+    int any_kind; /* nonzero: entries of another targets type, reduction, options or 16-bit
+                     dtype may answer at levels 3 and 4 of tc_lookup */
 } tc_stores;
 
 typedef struct tc_answer {
@@ -120,15 +120,15 @@ typedef struct tc_answer {
 /* The runtime lookup chain, each level tried only when the ones above gave
  * nothing usable, and every entry passed over noted in a->note:
  *   1. the exact entry in user, 2. the exact entry in shipped,
- *   3. the nearest shape in user or shipped (user's on a tie),
- *   3b. with s->any_kind, in user or shipped, an entry of another targets
- *      type, reduction or options: the nearest kind (key_dist in
- *      tunecache.c: targets and lse nearest, then sum for mean, strides and
- *      weights, none for a sum, smoothing farthest), then the nearest shape;
- *      a note names the entry that answered,
+ *   3. the nearest entry in user or shipped (user's on a tie): by shape
+ *      distance in (log n, log c) plus, with s->any_kind, the distance of
+ *      another targets type, reduction, options or 16-bit dtype (key_dist in
+ *      lookup.c: targets and lse nearest, then sum for mean, strides and
+ *      weights, none for a sum, smoothing farthest), so an exact shape of a
+ *      near kind can answer before the own kind's shape twice as far; a note
+ *      names an entry of another kind that answered,
  *   4. in arch, the entry of the same architecture, any GPU and SM count,
- *      with the nearest shape (an exact one first), then the nearest SM count,
- *   4b. with s->any_kind, the same in arch for another kind, as 3b.
+ *      nearest as in 3 (an exact one first), then the nearest SM count.
  * Entries of another kind answer only when accepted for the query's problem
  * (the runtime checks that the config fits it: a PERSIST=2 config of
  * reduction none is refused for a mean).
