@@ -85,10 +85,11 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
 
 /* Rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks take a
  * warp team twice as wide with half the chunk a lane: twice the warps on the
- * same rows, to cover the loads' latency. On the H200 the plans of six
- * problems below 3.5 blocks per SM ran 5-15% faster so, and eight of ten
- * above it slower, up to 29% (bench/pairs/team-width.txt). */
-#define FEW_BLOCKS_PER_SM_X10 35
+ * same rows, to cover the loads' latency. On the H200, below 3.2 blocks an SM
+ * eleven of fourteen plans ran 3-15% faster so, two as fast and one 2% slower;
+ * above it nineteen of twenty-four ran slower, up to 40% (bench/pairs/team-width*.txt,
+ * docs/random-problems.md). */
+#define FEW_BLOCKS_PER_SM_X10 32
 
 static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
     if (sm_count <= 0 || cfg->split > 1 || cfg->items < 2 || 2 * cfg->tpr > 32 || 2 * cfg->tpr > cfg->block) return;
