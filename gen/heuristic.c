@@ -83,16 +83,20 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
 #define FIT_WIDE_F32_MIN_C 100
 #define FIT_WIDE_F32_END 256
 
-/* Rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks take a
- * warp team twice as wide with half the chunk a lane: twice the warps on the
- * same rows, to cover the loads' latency. On the H200, below 3.2 blocks an SM
- * eleven of fourteen plans ran 3-15% faster so, two as fast and one 2% slower;
- * above it nineteen of twenty-four ran slower, up to 40% (bench/pairs/team-width*.txt,
+/* 16-bit rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks
+ * take a warp team twice as wide with half the chunk a lane: twice the warps
+ * on the same rows, to cover the loads' latency. On the H200, below 3.2
+ * blocks an SM seven of nine 16-bit plans ran 5-15% faster so, one as fast
+ * and one 2% slower; above it sixteen of nineteen ran slower, up to 40%.
+ * fp32 plans below the bound split: four 3-9% faster, two as fast, two 8%
+ * and 15% slower, so fp32 keeps its team (bench/pairs/team-width*.txt,
  * docs/random-problems.md). */
 #define FEW_BLOCKS_PER_SM_X10 32
 
 static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
-    if (sm_count <= 0 || cfg->split > 1 || cfg->items < 2 || 2 * cfg->tpr > 32 || 2 * cfg->tpr > cfg->block) return;
+    if (p->logits == XENT_F32 || sm_count <= 0 || cfg->split > 1 || cfg->items < 2 || 2 * cfg->tpr > 32 ||
+        2 * cfg->tpr > cfg->block)
+        return;
     if (2L * cfg->tpr > xent_pow2_ceil(xent_seg_vectors(cfg, p))) return; /* lanes would idle */
     int64_t rows = cfg->block / cfg->tpr, blocks = (p->n + rows - 1) / rows;
     if (10 * blocks >= (int64_t)FEW_BLOCKS_PER_SM_X10 * sm_count) return;

@@ -152,7 +152,7 @@ int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
  * many elements a chunk (16-bit rows, and fp32 rows but those of 100 to
  * 255 classes), its team narrowed to the vectors of a row's segment and its chunk
  * to a lane's share, two passes made one where the segment outgrows a chunk,
- * and a warp team widened where rows are too few for sm_count SMs; unchanged
+ * and a 16-bit row's warp team widened where rows are too few for sm_count SMs; unchanged
  * where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count);
 /* Whether a training-family config tuned for rows of c_from classes suits
