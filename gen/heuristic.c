@@ -78,8 +78,9 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
  * edges: on odd lengths of 113-231 classes the entry's VEC=4 ran 15-25%
  * faster than VEC=1 with as many elements a lane (five of five), 9% slower
  * at 75; 16-bit rows lost 6-21% with their entry's wide vector (nine of
- * nine), so they narrow (bench/pairs/short-rows-vector.txt); the tuned
- * winners of 822 and 857 classes narrowed. */
+ * nine), so they narrow (bench/pairs/short-rows-vector.txt); from 263 to
+ * 1881 classes narrowed fp32 rows ran faster on nine of ten, by 5-19%
+ * (bench/pairs/f32-vector-mid.txt). */
 #define FIT_WIDE_F32_MIN_C 100
 #define FIT_WIDE_F32_END 256
 
@@ -88,8 +89,8 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
  * on the same rows, to cover the loads' latency. On the H200, below 3.2
  * blocks an SM seven of nine 16-bit plans ran 5-15% faster so, one as fast
  * and one 2% slower; above it sixteen of nineteen ran slower, up to 40%.
- * fp32 plans below the bound split: four 3-9% faster, two as fast, two 8%
- * and 15% slower, so fp32 keeps its team (bench/pairs/team-width*.txt,
+ * fp32 plans below the bound split: four 3-8% faster, two as fast, two 8%
+ * and 17% slower, so fp32 keeps its team (bench/pairs/team-width*.txt,
  * docs/random-problems.md). */
 #define FEW_BLOCKS_PER_SM_X10 32
 
