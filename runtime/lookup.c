@@ -150,7 +150,8 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     int any_kind = xent_problem_family(p) == XENT_FAMILY_FWD;
     tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, any_kind};
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
-        if (a->n != key->n || a->c != key->c || a->options != key->options) xent_config_fit_rows(cfg, a->n, p, key->sm_count);
+        if (a->n != key->n || a->c != key->c || a->options != key->options)
+            xent_config_fit_rows(cfg, a->n, p, key->sm_count);
         return a->from;
     }
     a->cache[0] = '\0';
