@@ -134,9 +134,10 @@ typedef struct xent_args {
 typedef enum xent_source {
     XENT_SOURCE_USER_DB = 0,   /**< exact entry of the user's tune cache */
     XENT_SOURCE_SHIPPED = 1,   /**< exact entry of the tune cache shipped for this GPU */
-    XENT_SOURCE_NEAREST = 2,   /**< the nearest tuned shape of this GPU and dtype: of the problem's
-                                    targets type, reduction and options, else of the nearest other
-                                    (the plan's note names that entry) */
+    XENT_SOURCE_NEAREST = 2,   /**< the nearest tuned entry of this GPU and element size: by shape,
+                                    a difference of targets type, reduction, options or 16-bit
+                                    dtype weighing as a step in shape (the plan's note names an
+                                    entry of another kind) */
     XENT_SOURCE_HEURISTIC = 3, /**< the built-in heuristic */
     XENT_SOURCE_EXPLICIT = 4,  /**< a configuration given by the caller */
     XENT_SOURCE_ARCH = 5       /**< the tune cache shipped for the nearest GPU of the same
