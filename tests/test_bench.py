@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import config_pairs  # noqa: E402
+import draw_pairs  # noqa: E402
 import random_problems as rp  # noqa: E402
 
 
@@ -109,3 +110,36 @@ def test_pair_files_parse(path):
     assert pairs
     for p in pairs:
         assert p["a"] != p["b"] and "x" in p["shape"] and p["dtype"] in ("f32", "f16", "bf16")
+
+
+K = config_pairs.knobs
+
+
+@pytest.mark.parametrize("a, want", [
+    ("VEC=1 TPR=4 BLOCK=128 ITEMS=16", "VEC=4 TPR=4 BLOCK=128 ITEMS=4"),  # as many elements a lane
+    ("VEC=2 TPR=4 BLOCK=128 ITEMS=2", "VEC=4 TPR=4 BLOCK=128 ITEMS=1"),
+    ("VEC=1 TPR=4 BLOCK=128 ITEMS=2", None),  # fewer than a vector a lane
+    ("VEC=4 TPR=4 BLOCK=128 ITEMS=2", None),  # already wide
+])
+def test_draw_pairs_wider_vector(a, want):
+    got = draw_pairs.wider_vector(K(a))
+    assert got == (K(want) if want else None)
+
+
+@pytest.mark.parametrize("a, want", [
+    ("VEC=8 TPR=8 BLOCK=128 ITEMS=4 SPLIT=1", "VEC=8 TPR=16 BLOCK=128 ITEMS=2 SPLIT=1"),
+    ("VEC=8 TPR=16 BLOCK=256 ITEMS=2 SPLIT=1", "VEC=8 TPR=32 BLOCK=256 ITEMS=1 SPLIT=1"),
+    ("VEC=8 TPR=32 BLOCK=128 ITEMS=4 SPLIT=1", None),  # a team past a warp is its block
+    ("VEC=8 TPR=8 BLOCK=128 ITEMS=1 SPLIT=1", None),  # no chunk to halve
+    ("VEC=8 TPR=8 BLOCK=128 ITEMS=4 SPLIT=2", None),  # split rows keep their teams
+])
+def test_draw_pairs_wider_team(a, want):
+    got = draw_pairs.wider_team(K(a))
+    assert got == (K(want) if want else None)
+
+
+def test_draw_pairs_blocks_and_text():
+    k = K("VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 PREFETCH=0 POLY=8 FLAT=0")
+    assert draw_pairs.blocks_per_sm(13183, k, 132) == pytest.approx(412 / 132)
+    assert draw_pairs.text(k) == "VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 POLY=8"  # optional knobs at 0 left out
+    assert config_pairs.matches(draw_pairs.text(k), "VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 PREFETCH=0 POLY=8")
