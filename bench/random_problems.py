@@ -48,7 +48,9 @@ Time (H200, estimates from the tuner's budget and bench.py's protocol):
 Output: DIR/random.json (every number, the plans' descriptions, the tuner's JSON) and
 DIR/random.md: a table per problem and the distribution (median, worst) of untuned/tuned,
 untuned/floor and tuned/floor, with how many problems are within 5% of tuned and within 1.10x of
-the floor. The tables are printed last (the device tool returns the end of the output).
+the floor, then the issue's targets as measured (untuned within 5% and 10% of tuned; tuned against
+the floor at 64 MB or more, fp32 at 256 MB or more, the reference problem, few rows of a huge
+vocabulary). The tables are printed last (the device tool returns the end of the output).
 """
 
 import argparse
@@ -198,6 +200,35 @@ def summary(rows):
     return ut, uf, tf
 
 
+def targets(rows):
+    """The issue's targets as lines: untuned against tuned on the drawn problems, tuned against the
+    floor on every problem of 64 MB or more, fp32 of 256 MB or more, the reference problem and few
+    rows of a huge vocabulary (mean)."""
+    def tf(r):
+        return ratio(r.get("tuned", {}).get("us"), r.get("floor_us"))
+
+    out = []
+    ut = [v for v in summary([r for r in rows if not r.get("fixed")])[0] if v]
+    if ut:
+        out.append("- untuned within 5%% of tuned: %d of %d; within 10%%: %d; worst %.3f"
+                   % (sum(v <= 1.05 for v in ut), len(ut), sum(v <= 1.10 for v in ut), max(ut)))
+    big = [(tf(r), r["name"]) for r in rows if r["bytes"] >= 64e6 and tf(r)]
+    if big:
+        out.append("- tuned, 64 MB or more, within 1.06x the floor: %d of %d" % (sum(v <= 1.06 for v, _ in big), len(big)))
+    f32 = sorted((v, n) for v, n in ((tf(r), r["name"]) for r in rows
+                                     if r["bytes"] >= 256e6 and r["dtype"] == "f32") if v)
+    if f32:
+        out.append("- tuned fp32, 256 MB or more: %.3f-%.3fx the floor (worst %s); within 1.03x: %d of %d"
+                   % (f32[0][0], f32[-1][0], f32[-1][1], sum(v <= 1.03 for v, _ in f32), len(f32)))
+    for r in rows:
+        if r["n"] == 32768 and r["c"] == 4096 and r["dtype"] == "f32" and r["reduction"] == "mean" and tf(r):
+            out.append("- reference %s: tuned %.3fx the floor" % (r["name"], tf(r)))
+    for r in rows:
+        if r["n"] <= 16 and r["c"] >= 500000 and r["reduction"] == "mean" and tf(r):
+            out.append("- few rows, huge vocabulary, %s: tuned %.3fx the floor" % (r["name"], tf(r)))
+    return out
+
+
 def make_markdown(result):
     meta = result["meta"]
     rows = sorted(result["problems"].values(), key=lambda r: r["idx"])
@@ -239,6 +270,9 @@ def make_markdown(result):
     if sources:
         out.append("Untuned plans by source: %s." % ", ".join("%s %d" % kv for kv in sorted(sources.items())))
     out.append("")
+    lines = targets(rows)
+    if lines:
+        out += ["## The issue's targets", ""] + lines + [""]
     out.append("## Problems")
     out.append("")
     out.append("| # | problem | bytes | floor µs | untuned µs | x floor | source | tuned µs | x floor | untuned/tuned |")

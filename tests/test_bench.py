@@ -143,3 +143,25 @@ def test_draw_pairs_blocks_and_text():
     assert draw_pairs.blocks_per_sm(13183, k, 132) == pytest.approx(412 / 132)
     assert draw_pairs.text(k) == "VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 POLY=8"  # optional knobs at 0 left out
     assert config_pairs.matches(draw_pairs.text(k), "VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 PREFETCH=0 POLY=8")
+
+
+def _row(n, c, dtype, red, floor, untuned, tuned, fixed=False):
+    size = {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+    return {"name": "%dx%d %s i64 %s" % (n, c, dtype, red), "n": n, "c": c, "dtype": dtype, "reduction": red,
+            "bytes": n * c * size, "fixed": fixed, "floor_us": floor, "untuned": {"us": untuned}, "tuned": {"us": tuned}}
+
+
+def test_targets_lines():
+    """The report's targets section: the figures docs/random-problems.md and the closing notes quote."""
+    rows = [_row(100, 10, "f32", "mean", 2.0, 4.2, 4.0),             # drawn, small, within 5%
+            _row(65536, 8192, "f16", "none", 100.0, 120.0, 105.0),    # drawn, 1 GB 16-bit, 1.143 untuned
+            _row(100000, 1000, "f32", "mean", 88.0, 97.0, 92.4, True),  # fixed, 400 MB fp32, 1.050 tuned
+            _row(32768, 4096, "f32", "mean", 100.0, 104.0, 104.0, True),
+            _row(7, 1000003, "f32", "mean", 9.0, 12.6, 12.6, True)]
+    got = rp.targets(rows)
+    assert got[0] == "- untuned within 5% of tuned: 1 of 2; within 10%: 1; worst 1.143"
+    assert got[1] == "- tuned, 64 MB or more, within 1.06x the floor: 3 of 3"
+    assert got[2].startswith("- tuned fp32, 256 MB or more: 1.040-1.050x the floor (worst 100000x1000")
+    assert got[2].endswith("within 1.03x: 0 of 2")
+    assert got[3] == "- reference 32768x4096 f32 i64 mean: tuned 1.040x the floor"
+    assert got[4] == "- few rows, huge vocabulary, 7x1000003 f32 i64 mean: tuned 1.400x the floor"
