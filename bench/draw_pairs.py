@@ -37,8 +37,13 @@ def text(k):
 def lookup(tune, gpu, n, c, dtype):
     """(config knobs, source) of the runtime's plan for an i64 mean problem."""
     seed = "VEC=%d TPR=1 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1" % (1 if dtype == "f32" else 2)
-    q = subprocess.run([tune, "--dry-run", "--gpu", gpu, "-s", "%dx%d" % (n, c), "-d", dtype, "--json",
-                        "--config", seed], capture_output=True, text=True, check=True)
+    cmd = [tune, "--dry-run", "--gpu", gpu, "-s", "%dx%d" % (n, c), "-d", dtype, "--json", "--config", seed]
+    try:
+        q = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise SystemExit("draw_pairs: %s: %s (build it with make)" % (tune, e.strerror))
+    if q.returncode != 0:
+        raise SystemExit("draw_pairs: %s failed: %s" % (" ".join(cmd), q.stderr.strip()[-300:]))
     got = json.loads(q.stdout)[0]["lookup"]
     return knobs(got["config"]), got["source"]
 
