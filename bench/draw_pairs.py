@@ -60,7 +60,7 @@ def wider_vector(k):
 
 
 def wider_team(k):
-    if k["ITEMS"] < 2 or 2 * k["TPR"] > min(32, k["BLOCK"]) or k["SPLIT"] > 1:
+    if k["ITEMS"] < 2 or 2 * k["TPR"] > 32 or k["SPLIT"] > 1:  # a warp team (BLOCK is 64 or more)
         return None
     return dict(k, TPR=2 * k["TPR"], ITEMS=k["ITEMS"] // 2)
 
