@@ -138,6 +138,27 @@ def test_draw_pairs_wider_team(a, want):
     assert got == (K(want) if want else None)
 
 
+@pytest.mark.parametrize("a, dtype, want", [
+    ("VEC=2 TPR=2 BLOCK=256 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0", "bf16",
+     "VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=2 TILE=1 SPLIT=1 PERSIST=1"),  # 16-byte vectors, A's CACHE
+    ("VEC=1 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", "f32",
+     "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"),
+    ("VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=2 TILE=1 SPLIT=1 PERSIST=0", "f16", None),  # a tile already
+])
+def test_draw_pairs_tile(a, dtype, want):
+    assert draw_pairs.tile(K(a), dtype) == (K(want) if want else None)
+
+
+@pytest.mark.parametrize("a, c, want", [
+    ("VEC=8 TPR=16 BLOCK=128 ITEMS=4 TILE=0", 1199, "VEC=8 TPR=16 BLOCK=128 ITEMS=4 TILE=0 POLY=8"),
+    ("VEC=8 TPR=16 BLOCK=128 ITEMS=4 TILE=0 POLY=4", 1199, None),  # a polynomial already
+    ("VEC=8 TPR=16 BLOCK=128 ITEMS=4 TILE=0", 400, None),  # rows the space keeps POLY from
+    ("VEC=8 TPR=16 BLOCK=128 ITEMS=1 TILE=0", 1199, None),  # a chunk of fewer than two eights
+])
+def test_draw_pairs_poly(a, c, want):
+    assert draw_pairs.poly(K(a), c) == (K(want) if want else None)
+
+
 def test_draw_pairs_blocks_and_text():
     k = K("VEC=8 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 PREFETCH=0 POLY=8 FLAT=0")
     assert draw_pairs.blocks_per_sm(13183, k, 132) == pytest.approx(412 / 132)
