@@ -194,18 +194,9 @@ $(addprefix fuzz-,$(FUZZ_TARGETS)): fuzz-%: $(FUZZ_BUILD)/fuzz/%
 # the torch that PYTHON imports and loadable only into that torch; pip install ./python builds it
 # where its interpreter has torch (python/setup.py), and the package works without it.
 PYTHON ?= python3
-ifdef TORCH_DIR
-# A torch folder that cannot be imported here (a CUDA wheel unpacked without its CUDA libraries,
-# to build the operator for a GPU machine): its headers and libraries by path; its wheels are
-# built with the C++11 ABI (TORCH_ABI=0 for an older one).
-TORCH_ABI ?= 1
-TORCH_FLAGS = -I$(TORCH_DIR)/include -I$(TORCH_DIR)/include/torch/csrc/api/include -L$(TORCH_DIR)/lib \
-	-D_GLIBCXX_USE_CXX11_ABI=$(TORCH_ABI)
-else
 TORCH_FLAGS = $(shell $(PYTHON) -c 'import torch, torch.utils.cpp_extension as e; \
 	print(" ".join(["-I" + p for p in e.include_paths()] + ["-L" + p for p in e.library_paths()] + \
 	["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))')
-endif
 $(BUILD)/libxent_torch.so: python/xent/csrc/xent_torch.cpp include/xent.h $(BUILD)/libxent.so
 	@flags='$(TORCH_FLAGS)'; [ -n "$$flags" ] || { echo "$(PYTHON) cannot import torch" >&2; exit 1; }; \
 	echo "$(CXX) -O2 -std=c++20 -fPIC -shared ... $< -o $@"; \

@@ -15,7 +15,7 @@ cd "$ROOT"
 PY=${PYTHON:-python3}
 [ -f build/libxent.so ] || { echo "build/libxent.so is missing: build it (make build/libxent.so) and carry it" >&2; exit 2; }
 [ -f build/libxent_torch.so ] || echo "no build/libxent_torch.so: the C++ operator's tests skip and the benchmark" \
-    "times the Python path (build it for this machine's torch: make build/libxent_torch.so TORCH_DIR=...)" >&2
+    "times the Python path (build it for this machine's torch and carry it: README.md, From PyTorch)" >&2
 cat build/COMMIT 2>/dev/null | sed 's/^/build commit: /' | tee "$LOG/env.txt"
 nvidia-smi >> "$LOG/env.txt" 2>&1
 $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" 2>&1 | tee -a "$LOG/env.txt"
