@@ -359,26 +359,21 @@ static void record_trial(search *s, const xent_trial *tr) {
     tc_add_trial(s->o->db, &key, cfg, tr->us, tr->gbps, status_name(tr->status));
 }
 
-/* Compile a batch in parallel, then check and time each in turn. Only a
- * bounded batch stops at the budget: the structure stage always finishes (on
- * a cold kernel cache its compiles alone can outlast a short budget, and a
- * tune that times nothing would store the heuristic as its winner), and an
- * exhaustive search ignores the budget by definition. */
-static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage, int bounded) {
-    int *status = calloc((size_t)n + 1, sizeof *status);
-    char(*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
-    if (!status || !errs) {
-        free(status);
-        free(errs);
-        return XENT_ENOMEM;
-    }
-    xent_compile_many(cfgs, n, s->p, 1, s->ctx->arch, s->o->threads, status, NULL, errs);
+/* Configs a bounded batch compiles at a time, per compile thread. */
+#define SLICE_PER_THREAD 2
+
+static int over_budget(const search *s) { return now_s() - s->t0 > s->o->budget_s && s->best_us > 0; }
+
+/* Check and time cfgs[0, n) of a batch, compiled; stops at the budget when bounded. */
+static void time_slice(search *s, const xent_config *cfgs, int n, const int *status, char (*errs)[512],
+                       const char *stage, int bounded, int *left) {
     for (int i = 0; i < n; i++) {
-        if (bounded && now_s() - s->t0 > s->o->budget_s && s->best_us > 0) {
-            s->unreached += n - i;
-            break;
+        const int out = bounded && over_budget(s);
+        if (out || s->ntrials == s->cap) {
+            if (out) s->unreached += *left;
+            *left = 0;
+            return;
         }
-        if (s->ntrials == s->cap) break;
         xent_trial *tr = &s->trials[s->ntrials++];
         memset(tr, 0, sizeof *tr);
         tr->config = cfgs[i];
@@ -391,7 +386,36 @@ static int run_batch(search *s, const xent_config *cfgs, int n, const char *stag
         }
         if (tr->status == TRIAL_OK && (s->best_us <= 0 || tr->us < s->best_us)) s->best_us = tr->us;
         record_trial(s, tr);
+        (*left)--;
         if (s->o->progress) s->o->progress(s->o->progress_arg, s->ntrials, s->total, s->best_us, stage);
+    }
+}
+
+/* Compile in parallel, then check and time each in turn. A bounded batch
+ * goes in slices of a few configs a compile thread, so that a budget spent
+ * compiling is spent on configs it then times: a whole batch of variants
+ * compiled first, on a cold kernel cache, can outlast the budget and leave
+ * every variant untimed. It stops at the budget. The structure stage is unbounded
+ * and always finishes (a tune that times nothing would store the heuristic
+ * as its winner), and an exhaustive search ignores the budget by definition. */
+static int run_batch(search *s, const xent_config *cfgs, int n, const char *stage, int bounded) {
+    int *status = calloc((size_t)n + 1, sizeof *status);
+    char(*errs)[512] = calloc((size_t)n + 1, sizeof *errs);
+    if (!status || !errs) {
+        free(status);
+        free(errs);
+        return XENT_ENOMEM;
+    }
+    const int slice = bounded ? SLICE_PER_THREAD * (s->o->threads > 1 ? s->o->threads : 1) : (n > 0 ? n : 1);
+    int left = n;
+    for (int at = 0; at < n && left > 0; at += slice) {
+        const int m = n - at < slice ? n - at : slice;
+        if (bounded && over_budget(s)) {
+            s->unreached += left;
+            break;
+        }
+        xent_compile_many(cfgs + at, m, s->p, 1, s->ctx->arch, s->o->threads, status + at, NULL, errs + at);
+        time_slice(s, cfgs + at, m, status + at, errs + at, stage, bounded, &left);
     }
     free(status);
     free(errs);
@@ -424,7 +448,9 @@ static int is_stage1(const xent_config *c, const xent_problem *p) {
 }
 
 /* Stage 1: the structural knobs at default block, cache and persistence.
- * Stage 2: every variant of the fastest few structures. */
+ * Stage 2: every variant of the fastest few structures, the fastest
+ * structure's first, so that a budget that ends the stage early has timed
+ * the likelier winners. */
 static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     int n = 0;
     for (int i = 0; i < nall; i++)
@@ -434,11 +460,12 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     qsort(s->trials, (size_t)s->ntrials, sizeof *s->trials, cmp_trial);
     int top = s->ntrials < STAGE2_STRUCTURES ? s->ntrials : STAGE2_STRUCTURES;
     n = 0;
-    for (int i = 0; i < nall; i++) {
-        int near_top = 0;
-        for (int k = 0; k < top && !near_top; k++)
-            near_top = s->trials[k].status == TRIAL_OK && same_structure(&all[i], &s->trials[k].config);
-        if (near_top && !seen(s, &all[i])) pick[n++] = all[i];
+    for (int k = 0; k < top; k++) {
+        int again = s->trials[k].status != TRIAL_OK; /* the lookup's plan may share a structure */
+        for (int j = 0; j < k && !again; j++) again = same_structure(&s->trials[j].config, &s->trials[k].config);
+        if (again) continue;
+        for (int i = 0; i < nall; i++)
+            if (same_structure(&all[i], &s->trials[k].config) && !seen(s, &all[i])) pick[n++] = all[i];
     }
     return run_batch(s, pick, n, "variants", 1);
 }
