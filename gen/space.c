@@ -54,8 +54,8 @@ const xent_knob xent_knobs[] = {
 const int xent_nknobs = (int)(sizeof xent_knobs / sizeof xent_knobs[0]);
 
 #define REGS_PER_SM 65536
-/* A block's dynamic shared memory for TILE's rows (opted in past 48 KB by the plan). */
-#define MAX_TILE_BYTES MAX_STASH_BYTES
+/* Dynamic shared memory available without opting in. */
+#define MAX_TILE_BYTES (48 * 1024)
 /* Split rows keep per-row arrivals, partials and results in the workspace
  * (xent_launch_shape): beyond this many rows x segments it grows large.
  * Unsplit rows keep nothing per row, so no row count is refused for them. */
@@ -262,7 +262,7 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
     if (!xent_config_fits(c, p, NULL, 0)) return 0;
     int vmax = xent_widest_vec(p->logits);
     if (c->vec != vmax && c->vec != xent_stride_vec(p)) return 0;
-    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 1024;
+    if (c->tile) return p->c * xent_dtype_size(p->logits) <= 256;
     if (!split_relevant(p, sm_count, c)) return 0;
     long seg = xent_seg_vectors(c, p);
     if (c->tpr > 1 && c->tpr > xent_pow2_ceil(seg)) return 0;
@@ -461,7 +461,7 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     int64_t stride = p->row_stride ? p->row_stride : p->c;
     /* the stride test first: it keeps xent_config_smem from overflowing */
     if (cfg->tile && (stride > MAX_TILE_BYTES || xent_config_smem(cfg, p) > MAX_TILE_BYTES))
-        return refuse(why, len, "TILE: 32 rows of this stride per warp exceed the shared memory of a block");
+        return refuse(why, len, "TILE: 32 rows of this stride per warp exceed 48 KB of shared memory");
     /* divided, not multiplied: the problem may not have been checked yet */
     if (cfg->split > 1 && p->n > MAX_SPLIT_ITEMS / cfg->split)
         return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");

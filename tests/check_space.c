@@ -369,7 +369,7 @@ END_TEST
 
 /* TILE's dynamic shared memory is the template's layout (tile_region): per
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
- * region rounded up to 16 bytes; what does not fit 226 KB is refused. */
+ * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
     xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
@@ -388,11 +388,11 @@ START_TEST(tile_shared_memory_is_per_warp) {
     ck_assert_uint_eq(xent_config_smem(&c, &p), 16 * 1680); /* the stride, not c: (416 + 2) * 4 = 1672 */
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
-    /* 16 warps of 112 fp32 fit 226 KB (229632 bytes); of 113 (231680) they do not */
+    /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
     c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0};
-    xent_problem_init(&p, 1048576, 112);
+    xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
-    p.c = p.row_stride = 113;
+    p.c = p.row_stride = 24;
     ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "TILE"));
     p.c = 10;
