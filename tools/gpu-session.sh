@@ -136,10 +136,12 @@ for s in "$@"; do
     gradtune)
         stage "tune the training ops"
         # from the shipped entries, so that export keeps the ones not retuned here
+        # GRAD_EXHAUSTIVE=1 times every candidate (138-282 a shape) instead of a budget's share
         run $TUNE import tunecache/h200.sql
+        search=(--budget "${GRAD_BUDGET:-20}"); [ "${GRAD_EXHAUSTIVE:-0}" = 1 ] && search=(--exhaustive)
         for sh in ${GRAD_SHAPES:-32768x4096:f32 32768x4096:bf16 16384x50257:f32 8192x128256:bf16}; do
             for op in ${GRAD_OPS:-fused backward}; do
-                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op --budget "${GRAD_BUDGET:-20}" -q --top "${TUNE_TOP:-3}"
+                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op "${search[@]}" -q --top "${TUNE_TOP:-3}"
             done
         done ;;
     ship)
