@@ -461,9 +461,10 @@ static int staged(search *s, xent_config *all, int nall, xent_config *pick) {
     int top = s->ntrials < STAGE2_STRUCTURES ? s->ntrials : STAGE2_STRUCTURES;
     n = 0;
     for (int k = 0; k < top; k++) {
-        int again = s->trials[k].status != TRIAL_OK; /* the lookup's plan may share a structure */
-        for (int j = 0; j < k && !again; j++) again = same_structure(&s->trials[j].config, &s->trials[k].config);
-        if (again) continue;
+        /* the lookup's plan may share a structure with a stage-1 config: widen it once */
+        int skip = s->trials[k].status != TRIAL_OK;
+        for (int j = 0; j < k && !skip; j++) skip = same_structure(&s->trials[j].config, &s->trials[k].config);
+        if (skip) continue;
         for (int i = 0; i < nall; i++)
             if (same_structure(&all[i], &s->trials[k].config) && !seen(s, &all[i])) pick[n++] = all[i];
     }
