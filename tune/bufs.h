@@ -23,6 +23,9 @@ typedef struct tune_bufs {
 } tune_bufs;
 
 int tune_bufs_create(xent_context *ctx, const xent_problem *p, uint64_t seed, tune_bufs *b);
+/* count logits of dtype, uniform in [0, 1), from seed: the same values for
+ * any number of threads (threads < 1: the online CPUs). */
+void tune_fill_logits(void *x, size_t count, xent_dtype dtype, uint64_t seed, int threads);
 void tune_bufs_destroy(xent_context *ctx, tune_bufs *b);
 /* Arguments of a launch on copy `copy`. */
 void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a);
