@@ -1,8 +1,9 @@
 /*
- * check_inputs.c — Check suite of the tuner's random logits (tune/bufs.c,
- * tune_fill_logits): the same values whatever the number of threads filling
- * them, every value in [0, 1] (uniform [0, 1) rounded to the logits' type),
- * and a seed of their own.
+ * check_inputs.c — Check suite of the tuner's buffers (tune/bufs.c): its
+ * random logits (tune_fill_logits) are the same whatever the number of
+ * threads filling them, every value in [0, 1] (uniform [0, 1) rounded to the
+ * logits' type), with a seed of their own; a gradient is read back whole when
+ * small, else the rows the check compares (tune_bufs_read_grad).
  */
 #include <check.h>
 #include <stdint.h>
@@ -58,11 +59,59 @@ START_TEST(fill_is_the_same_for_any_threads) {
 }
 END_TEST
 
+/* A driver whose device pointers are host pointers, counting the copies back. */
+static int copies;
+static CUresult copy_back(void *h, CUdeviceptr dev, size_t n) {
+    copies++;
+    memcpy(h, (const void *)(uintptr_t)dev, n);
+    return CUDA_SUCCESS;
+}
+
+static const struct {
+    int64_t n, c, stride, step;
+    xent_dtype dtype;
+    int want_copies; /* 1: the whole gradient at once */
+} reads[] = {
+    {1024, 1000, 1000, 2, XENT_F32, 1},          /* 4 MB: whole */
+    {8192, 4096, 4096, 16, XENT_BF16, 1},        /* 64 MB: whole */
+    {4096, 8200, 8200, 8, XENT_F32, 512},        /* 134 MB: the compared rows */
+    {4100, 8192, 8200, 8, XENT_BF16, 513},       /* padded rows: c of each, rows 0, 8, ..., 4096 */
+    {40000, 1000, 1000, 1, XENT_F32, 1},         /* every row compared: whole */
+};
+
+START_TEST(read_grad_reads_the_compared_rows) {
+    const size_t esize = reads[_i].dtype == XENT_F32 ? 4 : 2;
+    tune_bufs b;
+    memset(&b, 0, sizeof b);
+    b.n = reads[_i].n, b.c = reads[_i].c, b.row_stride = reads[_i].stride, b.grad_step = reads[_i].step;
+    b.dtype = reads[_i].dtype;
+    b.logits_bytes = (size_t)b.n * (size_t)b.row_stride * esize;
+    unsigned char *dev = malloc(b.logits_bytes), *host = calloc(1, b.logits_bytes);
+    ck_assert(dev && host);
+    for (size_t i = 0; i < b.logits_bytes; i++) dev[i] = (unsigned char)(i * 7 + 1);
+    b.grad = (CUdeviceptr)(uintptr_t)dev;
+    b.host_grad = host;
+    xent_driver d;
+    memset(&d, 0, sizeof d);
+    d.MemcpyDtoH = copy_back;
+    copies = 0;
+    ck_assert_int_eq(tune_bufs_read_grad(&d, &b), CUDA_SUCCESS);
+    ck_assert_int_eq(copies, reads[_i].want_copies);
+    const size_t row = (size_t)b.row_stride * esize;
+    for (int64_t r = 0; r < b.n; r += b.grad_step)
+        ck_assert_msg(memcmp(host + (size_t)r * row, dev + (size_t)r * row, (size_t)b.c * esize) == 0,
+                      "row %lld not read back", (long long)r);
+    free(dev);
+    free(host);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("inputs");
     TCase *tc = tcase_create("fill");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, fill_is_the_same_for_any_threads, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, read_grad_reads_the_compared_rows, 0, (int)(sizeof reads / sizeof reads[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -227,6 +227,21 @@ void tune_bufs_destroy(xent_context *ctx, tune_bufs *b) {
  * NaN never passes unless the reference is NaN too (xent_rel_err_vec). */
 double tune_bufs_error(const tune_bufs *b) { return xent_rel_err_vec(b->host_out, b->ref, (int64_t)b->out_count); }
 
+/* Past this many bytes a gradient is read back row by row, only the rows
+ * the check compares (about 512), not the gigabytes of a large problem's
+ * gradient for every candidate. */
+#define GRAD_READ_ALL_BYTES ((size_t)64 << 20)
+
+CUresult tune_bufs_read_grad(const xent_driver *d, tune_bufs *b) {
+    if (b->logits_bytes <= GRAD_READ_ALL_BYTES || b->grad_step <= 1)
+        return d->MemcpyDtoH(b->host_grad, b->grad, b->logits_bytes);
+    const size_t esize = b->dtype == XENT_F32 ? 4 : 2, row = (size_t)b->row_stride * esize;
+    CUresult r = CUDA_SUCCESS;
+    for (int64_t i = 0; i < b->n && r == CUDA_SUCCESS; i += b->grad_step)
+        r = d->MemcpyDtoH((char *)b->host_grad + (size_t)i * row, b->grad + (size_t)i * row, (size_t)b->c * esize);
+    return r;
+}
+
 static double grad_elem(const tune_bufs *b, int64_t k) {
     if (b->dtype == XENT_F32) return ((const float *)b->host_grad)[k];
     uint16_t h = ((const uint16_t *)b->host_grad)[k];

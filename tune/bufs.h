@@ -29,6 +29,8 @@ void tune_fill_logits(void *x, size_t count, xent_dtype dtype, uint64_t seed, in
 void tune_bufs_destroy(xent_context *ctx, tune_bufs *b);
 /* Arguments of a launch on copy `copy`. */
 void tune_bufs_args(const tune_bufs *b, int copy, xent_args *a);
+/* The gradient into host_grad: at least the rows tune_bufs_grad_error compares. */
+CUresult tune_bufs_read_grad(const xent_driver *d, tune_bufs *b);
 /* Error of host_out against ref (INFINITY when NaN disagrees). */
 double tune_bufs_error(const tune_bufs *b);
 /* Norm-wise error of host_grad (the device gradient read back) against

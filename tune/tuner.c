@@ -257,7 +257,7 @@ static int check_result(xent_context *ctx, xent_plan *plan, tune_bufs *b, double
     int rc = launch_plan(&pl, 0);
     if (rc) return rc;
     if (bytes) r = d->MemcpyDtoH(b->host_out, b->loss, bytes);
-    if (r == CUDA_SUCCESS && b->grad) r = d->MemcpyDtoH(b->host_grad, b->grad, b->logits_bytes);
+    if (r == CUDA_SUCCESS && b->grad) r = tune_bufs_read_grad(d, b);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "reading the result", r);
     *err = tune_bufs_error(b);
     *gerr = tune_bufs_grad_error(b);
