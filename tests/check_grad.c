@@ -152,6 +152,44 @@ START_TEST(reference_loss_matches_the_forward_reference) {
 }
 END_TEST
 
+/* Past a million elements the rows are spread over threads in chunks: every
+ * row's loss, lse and gradient land where the one-chunk path puts them, and a
+ * sum is the same bits run after run. */
+START_TEST(reference_threaded_rows_land_in_place) {
+    enum { N = 1200, C = 1000, STEP = 7 };
+    float *x = malloc(sizeof(float) * N * C);
+    int64_t *t = malloc(sizeof(int64_t) * N);
+    double *none = malloc(sizeof(double) * N), *lse = malloc(sizeof(double) * N), *flse = malloc(sizeof(double) * N);
+    double *fnone = malloc(sizeof(double) * N), *g = malloc(sizeof(double) * (N / STEP + 1) * C);
+    double *g1 = malloc(sizeof(double) * N * C);
+    ck_assert(x && t && none && lse && flse && fnone && g && g1);
+    unsigned s = 7;
+    for (int i = 0; i < N * C; i++) x[i] = (float)((s = s * 1103515245u + 12345u) % 4096) / 512.0f - 4.0f;
+    for (int i = 0; i < N; i++) t[i] = i % 11 == 5 ? -100 : (i * 37) % C;
+    xent_problem p;
+    xent_problem_init(&p, N, C);
+    p.reduction = XENT_REDUCE_NONE;
+    ck_assert_int_eq(xent_ref_train(&p, x, t, NULL, NULL, none, lse, g, STEP), XENT_OK);
+    ck_assert_int_eq(xent_ref_train(&p, x, t, NULL, NULL, fnone, flse, g1, 1), XENT_OK);
+    ck_assert(memcmp(none, fnone, sizeof(double) * N) == 0 && memcmp(lse, flse, sizeof(double) * N) == 0);
+    for (int i = 0; i < N; i += STEP)
+        ck_assert_msg(memcmp(g + (size_t)(i / STEP) * C, g1 + (size_t)i * C, sizeof(double) * C) == 0, "row %d", i);
+    ck_assert_int_eq(xent_ref_forward(&p, x, t, NULL, fnone, flse, NULL), XENT_OK);
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(fabs(none[i] - fnone[i]) <= 1e-12 * (fabs(fnone[i]) + 1), "row %d loss", i);
+        ck_assert_msg(fabs(lse[i] - flse[i]) <= 1e-12 * (fabs(flse[i]) + 1), "row %d lse", i);
+    }
+    double sum = 0.0, a, b;
+    for (int i = 0; i < N; i++) sum += none[i];
+    p.reduction = XENT_REDUCE_SUM;
+    ck_assert_int_eq(xent_ref_train(&p, x, t, NULL, NULL, &a, NULL, NULL, 1), XENT_OK);
+    ck_assert_int_eq(xent_ref_train(&p, x, t, NULL, NULL, &b, NULL, NULL, 1), XENT_OK);
+    ck_assert(memcmp(&a, &b, sizeof a) == 0);
+    ck_assert_msg(fabs(a - sum) <= 1e-12 * fabs(sum), "sum %.17g against the rows' %.17g", a, sum);
+    free(x), free(t), free(none), free(lse), free(flse), free(fnone), free(g), free(g1);
+}
+END_TEST
+
 /* ---- configs: the heuristic fits, candidates exist, kernels compile ---- */
 
 typedef struct prob_case {
@@ -394,6 +432,7 @@ int main(void) {
     tc = tcase_create("reference");
     tcase_add_loop_test(tc, reference_gradient_is_the_derivative, 0, (int)(sizeof refs / sizeof refs[0]));
     tcase_add_loop_test(tc, reference_loss_matches_the_forward_reference, 0, (int)(sizeof refs / sizeof refs[0]));
+    tcase_add_test(tc, reference_threaded_rows_land_in_place);
     suite_add_tcase(s, tc);
     tc = tcase_create("configs");
     tcase_set_timeout(tc, 300);

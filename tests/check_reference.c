@@ -3,7 +3,7 @@
  *
  * Build and run (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -Iinclude -I. tests/check_reference.c \
- *       tune/reference.c -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lm -lrt -pthread \
+ *       tune/reference.c tune/parallel.c -Wl,-Bstatic -lcheck -lsubunit -Wl,-Bdynamic -lm -lrt -pthread \
  *       -o build/check_reference && build/check_reference
  *
  * Expected values are literals derived by hand (formula in the comment) and

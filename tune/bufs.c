@@ -2,11 +2,10 @@
  * reference, and rotated device copies so small problems are not timed from L2. */
 #include "tune/bufs.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "tune/parallel.h"
 #include "tune/reference.h"
 
 /* Data touched per rotation must exceed this many L2s. */
@@ -36,19 +35,20 @@ static uint64_t mix(uint64_t x) {
  * many there are: one thread takes about 9 ns a 16-bit logit, 18 s for the
  * 4 GB problems the tuner is given. */
 #define FILL_CHUNK ((size_t)1 << 20)
-#define FILL_MAX_THREADS 32
 
 typedef struct fill_job {
     void *x;
     size_t count;
     xent_dtype dtype;
     uint64_t seed;
-    int threads, first;
 } fill_job;
 
-static void fill_chunk(const fill_job *j, size_t k) {
+static void fill_chunk(void *arg, int64_t chunk, int thread) {
+    const fill_job *j = arg;
+    const size_t k = (size_t)chunk;
     uint64_t s = mix(j->seed ^ mix(k)) | 1;
     size_t lo = k * FILL_CHUNK, hi = lo + FILL_CHUNK < j->count ? lo + FILL_CHUNK : j->count;
+    (void)thread;
     if (j->dtype == XENT_F32)
         for (size_t i = lo; i < hi; i++) ((float *)j->x)[i] = (float)uniform01(&s);
     else
@@ -58,32 +58,9 @@ static void fill_chunk(const fill_job *j, size_t k) {
         }
 }
 
-static void *fill_worker(void *arg) {
-    const fill_job *j = arg;
-    size_t chunks = (j->count + FILL_CHUNK - 1) / FILL_CHUNK;
-    for (size_t k = (size_t)j->first; k < chunks; k += (size_t)j->threads) fill_chunk(j, k);
-    return NULL;
-}
-
 void tune_fill_logits(void *x, size_t count, xent_dtype dtype, uint64_t seed, int threads) {
-    size_t chunks = (count + FILL_CHUNK - 1) / FILL_CHUNK;
-    if (threads < 1) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > 0 ? (int)cpus : 1;
-    }
-    if (threads > FILL_MAX_THREADS) threads = FILL_MAX_THREADS;
-    if ((size_t)threads > chunks) threads = chunks > 0 ? (int)chunks : 1;
-    fill_job jobs[FILL_MAX_THREADS];
-    pthread_t tid[FILL_MAX_THREADS];
-    int started[FILL_MAX_THREADS] = {0};
-    for (int t = 0; t < threads; t++) jobs[t] = (fill_job){x, count, dtype, seed, threads, t};
-    for (int t = 1; t < threads; t++) started[t] = pthread_create(&tid[t], NULL, fill_worker, &jobs[t]) == 0;
-    fill_worker(&jobs[0]);
-    for (int t = 1; t < threads; t++)
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            fill_worker(&jobs[t]); /* a thread that could not start leaves its share to this one */
+    fill_job job = {x, count, dtype, seed};
+    tune_parallel((int64_t)((count + FILL_CHUNK - 1) / FILL_CHUNK), threads, fill_chunk, &job);
 }
 
 /* Logits like KernelBench's torch.rand (uniform [0, 1)), spread a little so

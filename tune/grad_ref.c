@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "tune/parallel.h"
+
 static double ref_elem(const xent_problem *p, const void *logits, int64_t i, int64_t j) {
     const int64_t off = i * p->row_stride + j;
     if (p->logits == XENT_F32) return ((const float *)logits)[off];
@@ -39,60 +41,98 @@ static void ref_capped_row(const xent_problem *p, const void *logits, int64_t i,
 
 static double ref_w(const float *w, int64_t j) { return w ? (double)w[j] : 1.0; }
 
+/* Rows of a chunk: fixed, so that the sum of losses never depends on threads. */
+#define TRAIN_CHUNK_ELEMS (1 << 16)
+
+typedef struct train_job {
+    const xent_problem *p;
+    const void *logits, *targets;
+    const float *weights, *dloss;
+    double *loss, *lse, *grad;
+    int64_t grad_step, rows_per_chunk;
+    double W, denom;
+    double *totals;  /* a chunk's sum of row losses */
+    double *scratch; /* c doubles a thread: the row as the softmax sees it */
+} train_job;
+
+/* Row i's loss (returned), lse and, on a compared row, gradient. */
+static double train_row(const train_job *jb, int64_t i, double *y) {
+    const xent_problem *p = jb->p;
+    const double eps = p->label_smoothing, z = p->z_loss, C = (double)p->c;
+    const float *weights = jb->weights;
+    double m, logs, row = 0.0;
+    const int64_t t = ref_tgt(p, jb->targets, i);
+    const int ignored = t == p->ignore_index, bad = !ignored && (t < 0 || t >= p->c);
+    ref_capped_row(p, jb->logits, i, y, &m, &logs);
+    const double l = m + logs;
+    if (jb->lse) jb->lse[i] = l;
+    if (bad)
+        row = NAN;
+    else if (!ignored) {
+        const double wt = ref_w(weights, t);
+        row = (1.0 - eps) * wt * (logs - (y[t] - m));
+        if (eps > 0.0) {
+            double smooth = 0.0;
+            for (int64_t j = 0; j < p->c; j++) smooth += ref_w(weights, j) * (logs - (y[j] - m));
+            row += eps / C * smooth;
+        }
+        row += z * l * l;
+    }
+    if (p->reduction == XENT_REDUCE_NONE) jb->loss[i] = row;
+    if (!jb->grad || i % jb->grad_step) return row;
+    double *gi = jb->grad + i / jb->grad_step * p->c;
+    double f = jb->dloss ? (double)jb->dloss[p->reduction == XENT_REDUCE_NONE ? i : 0] : 1.0;
+    if (p->reduction == XENT_REDUCE_MEAN) f /= jb->denom;
+    const double wt = ignored || bad ? 0.0 : ref_w(weights, t);
+    const double A = (1.0 - eps) * wt + eps / C * jb->W + 2.0 * z * l;
+    for (int64_t j = 0; j < p->c; j++) {
+        double g = A * exp(y[j] - l) - (j == t ? (1.0 - eps) * wt : 0.0) - eps / C * ref_w(weights, j);
+        if (p->softcap > 0.0f) {
+            double u = y[j] / (double)p->softcap;
+            g *= 1.0 - u * u;
+        }
+        gi[j] = ignored ? 0.0 : bad ? NAN : f * g;
+    }
+    return row;
+}
+
+static void train_chunk(void *arg, int64_t k, int thread) {
+    train_job *jb = arg;
+    const int64_t lo = k * jb->rows_per_chunk, hi = lo + jb->rows_per_chunk < jb->p->n ? lo + jb->rows_per_chunk
+                                                                                         : jb->p->n;
+    double total = 0.0;
+    for (int64_t i = lo; i < hi; i++) total += train_row(jb, i, jb->scratch + (size_t)thread * (size_t)jb->p->c);
+    jb->totals[k] = total;
+}
+
 int xent_ref_train(const xent_problem *p, const void *logits, const void *targets, const float *weights,
                    const float *dloss, double *loss, double *lse, double *grad, int64_t grad_step) {
     if (!p || !logits || !targets || !loss || p->n < 1 || p->c < 1 || p->row_stride < p->c || grad_step < 1 ||
         (p->has_weights != 0) != (weights != NULL))
         return XENT_EINVAL;
-    double *y = malloc((size_t)p->c * sizeof *y);
-    if (!y) return XENT_ENOMEM;
-    const double eps = p->label_smoothing, z = p->z_loss, C = (double)p->c;
-    double W = 0.0, denom = 0.0, total = 0.0;
-    for (int64_t j = 0; j < p->c; j++) W += ref_w(weights, j);
+    train_job jb = {p, logits, targets, weights, dloss, loss, lse, grad, grad_step, 0, 0.0, 0.0, NULL, NULL};
+    for (int64_t j = 0; j < p->c; j++) jb.W += ref_w(weights, j);
     for (int64_t i = 0; i < p->n; i++) {
         int64_t t = ref_tgt(p, targets, i);
-        if (t != p->ignore_index && t >= 0 && t < p->c) denom += ref_w(weights, t);
+        if (t != p->ignore_index && t >= 0 && t < p->c) jb.denom += ref_w(weights, t);
     }
-    for (int64_t i = 0; i < p->n; i++) {
-        double m, logs, row = 0.0;
-        const int64_t t = ref_tgt(p, targets, i);
-        const int ignored = t == p->ignore_index, bad = !ignored && (t < 0 || t >= p->c);
-        ref_capped_row(p, logits, i, y, &m, &logs);
-        const double l = m + logs;
-        if (lse) lse[i] = l;
-        if (bad)
-            row = NAN;
-        else if (!ignored) {
-            const double wt = ref_w(weights, t);
-            row = (1.0 - eps) * wt * (logs - (y[t] - m));
-            if (eps > 0.0) {
-                double smooth = 0.0;
-                for (int64_t j = 0; j < p->c; j++) smooth += ref_w(weights, j) * (logs - (y[j] - m));
-                row += eps / C * smooth;
-            }
-            row += z * l * l;
-        }
-        if (p->reduction == XENT_REDUCE_NONE) loss[i] = row;
-        total += row;
-        if (!grad || i % grad_step) continue;
-        double *gi = grad + i / grad_step * p->c;
-        double f = dloss ? (double)dloss[p->reduction == XENT_REDUCE_NONE ? i : 0] : 1.0;
-        if (p->reduction == XENT_REDUCE_MEAN) f /= denom;
-        const double wt = ignored || bad ? 0.0 : ref_w(weights, t);
-        const double A = (1.0 - eps) * wt + eps / C * W + 2.0 * z * l;
-        for (int64_t j = 0; j < p->c; j++) {
-            double g = A * exp(y[j] - l) - (j == t ? (1.0 - eps) * wt : 0.0) - eps / C * ref_w(weights, j);
-            if (p->softcap > 0.0f) {
-                double u = y[j] / (double)p->softcap;
-                g *= 1.0 - u * u;
-            }
-            gi[j] = ignored ? 0.0 : bad ? NAN : f * g;
-        }
+    jb.rows_per_chunk = p->c >= TRAIN_CHUNK_ELEMS ? 1 : TRAIN_CHUNK_ELEMS / p->c;
+    const int64_t nchunks = (p->n + jb.rows_per_chunk - 1) / jb.rows_per_chunk;
+    int nthr = tune_work_threads(p->n * p->c, nchunks);
+    jb.totals = malloc((size_t)nchunks * sizeof *jb.totals);
+    jb.scratch = jb.totals ? tune_alloc_scratch(p->c, &nthr) : NULL;
+    if (!jb.scratch) {
+        free(jb.totals);
+        return XENT_ENOMEM;
     }
+    tune_parallel(nchunks, nthr, train_chunk, &jb);
+    double total = 0.0;
+    for (int64_t k = 0; k < nchunks; k++) total += jb.totals[k];
     if (p->reduction == XENT_REDUCE_SUM)
         loss[0] = total;
     else if (p->reduction == XENT_REDUCE_MEAN)
-        loss[0] = denom == 0.0 ? NAN : total / denom;
-    free(y);
+        loss[0] = jb.denom == 0.0 ? NAN : total / jb.denom;
+    free(jb.scratch);
+    free(jb.totals);
     return XENT_OK;
 }

@@ -1,23 +1,18 @@
 /*
  * reference.c — float64 CPU reference of F.cross_entropy (see reference.h).
  *
- * Layout: argument checks; per-row math on a row widened to double; a chunked
- * driver that spreads fixed row chunks over threads and adds the chunk
- * partials in chunk order (deterministic whatever the thread count); host
+ * Layout: argument checks; per-row math on a row widened to double; fixed
+ * row chunks spread over threads (tune/parallel.h), their partials added in
+ * chunk order (deterministic whatever the thread count); host
  * fp16/bf16 conversions; relative errors.
  */
-#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L /* sysconf, pthreads under -std=c11 */
-#endif
-
 #include "tune/reference.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "tune/parallel.h"
 
 /* ------------------------------------------------------------------------ */
 /* Argument checks (local: the library's xent_problem_check may not exist   */
@@ -139,13 +134,8 @@ typedef struct ref_job {
     double *lse;  /* per-row lse or NULL */
     int64_t rows_per_chunk, nchunks;
     ref_partial *parts; /* nchunks */
-    atomic_llong next;  /* next chunk to take */
+    double *scratch;    /* c doubles a thread: the widened row */
 } ref_job;
-
-typedef struct ref_worker {
-    ref_job *job;
-    double *scratch; /* c doubles: the widened row */
-} ref_worker;
 
 static void ref_do_row(ref_job *jb, int64_t i, double *x, ref_partial *pt) {
     const xent_problem *p = jb->p;
@@ -168,62 +158,18 @@ static void ref_do_row(ref_job *jb, int64_t i, double *x, ref_partial *pt) {
     if (jb->rows) jb->rows[i] = loss;
 }
 
-static void *ref_worker_main(void *arg) {
-    ref_worker *wk = arg;
-    ref_job *jb = wk->job;
-    for (;;) {
-        const int64_t k = atomic_fetch_add(&jb->next, 1);
-        if (k >= jb->nchunks) break;
-        ref_partial pt = {0.0, 0.0, 0};
-        const int64_t lo = k * jb->rows_per_chunk;
-        int64_t hi = lo + jb->rows_per_chunk;
-        if (hi > jb->p->n) hi = jb->p->n;
-        for (int64_t i = lo; i < hi; i++) ref_do_row(jb, i, wk->scratch, &pt);
-        jb->parts[k] = pt;
-    }
-    return NULL;
+static void ref_do_chunk(void *arg, int64_t k, int thread) {
+    ref_job *jb = arg;
+    ref_partial pt = {0.0, 0.0, 0};
+    const int64_t lo = k * jb->rows_per_chunk;
+    int64_t hi = lo + jb->rows_per_chunk;
+    if (hi > jb->p->n) hi = jb->p->n;
+    for (int64_t i = lo; i < hi; i++) ref_do_row(jb, i, jb->scratch + (size_t)thread * (size_t)jb->p->c, &pt);
+    jb->parts[k] = pt;
 }
 
-enum {
-    REF_CHUNK_ELEMS = 1 << 16,  /* elements per chunk: fixed so sums never depend on threads */
-    REF_THREAD_ELEMS = 1 << 20, /* no extra thread for less work than this */
-    REF_MAX_THREADS = 32
-};
-
-static int ref_thread_count(const xent_problem *p, int64_t nchunks) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t t = cpus > 0 ? cpus : 1;
-    const int64_t by_work = (p->n * p->c) / REF_THREAD_ELEMS + 1;
-    if (t > by_work) t = by_work;
-    if (t > nchunks) t = nchunks;
-    if (t > REF_MAX_THREADS) t = REF_MAX_THREADS;
-    return (int)t;
-}
-
-/* Run the job on nthr workers (the caller is one of them); a thread that
- * cannot be created just leaves its share to the others. */
-static void ref_run(ref_job *jb, double *scratch, int nthr) {
-    pthread_t tid[REF_MAX_THREADS];
-    ref_worker wk[REF_MAX_THREADS];
-    int started[REF_MAX_THREADS] = {0};
-    for (int k = 0; k < nthr; k++) {
-        wk[k].job = jb;
-        wk[k].scratch = scratch + (size_t)k * (size_t)jb->p->c;
-    }
-    for (int k = 1; k < nthr; k++) started[k] = pthread_create(&tid[k], NULL, ref_worker_main, &wk[k]) == 0;
-    ref_worker_main(&wk[0]);
-    for (int k = 1; k < nthr; k++)
-        if (started[k]) pthread_join(tid[k], NULL);
-}
-
-/* Scratch of nthr rows; fewer threads if memory is short. */
-static double *ref_alloc_scratch(int64_t c, int *nthr) {
-    for (; *nthr >= 1; *nthr /= 2) {
-        double *s = malloc((size_t)*nthr * (size_t)c * sizeof(double));
-        if (s) return s;
-    }
-    return NULL;
-}
+/* Elements per chunk: fixed so sums never depend on threads. */
+#define REF_CHUNK_ELEMS (1 << 16)
 
 static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows) {
     double loss = 0.0, weight = 0.0;
@@ -247,7 +193,7 @@ int xent_ref_forward(const xent_problem *p, const void *logits, const void *targ
                      double *lse, int64_t *bad_rows) {
     int rc = ref_check_args(p, logits, targets, weights, out);
     if (rc != XENT_OK) return rc;
-    if ((uint64_t)p->c > SIZE_MAX / sizeof(double) / REF_MAX_THREADS) return XENT_ENOMEM;
+    if ((uint64_t)p->c > SIZE_MAX / sizeof(double) / TUNE_MAX_THREADS) return XENT_ENOMEM;
 
     ref_job jb;
     memset(&jb, 0, sizeof jb);
@@ -260,18 +206,17 @@ int xent_ref_forward(const xent_problem *p, const void *logits, const void *targ
     jb.lse = lse;
     jb.rows_per_chunk = p->c >= REF_CHUNK_ELEMS ? 1 : REF_CHUNK_ELEMS / p->c;
     jb.nchunks = (p->n + jb.rows_per_chunk - 1) / jb.rows_per_chunk;
-    atomic_init(&jb.next, 0);
 
-    int nthr = ref_thread_count(p, jb.nchunks);
+    int nthr = tune_work_threads(p->n * p->c, jb.nchunks);
     jb.parts = malloc((size_t)jb.nchunks * sizeof(ref_partial));
-    double *scratch = jb.parts ? ref_alloc_scratch(p->c, &nthr) : NULL;
-    if (!scratch) {
+    jb.scratch = jb.parts ? tune_alloc_scratch(p->c, &nthr) : NULL;
+    if (!jb.scratch) {
         free(jb.parts);
         return XENT_ENOMEM;
     }
-    ref_run(&jb, scratch, nthr);
+    tune_parallel(jb.nchunks, nthr, ref_do_chunk, &jb);
     ref_finish(&jb, out, bad_rows);
-    free(scratch);
+    free(jb.scratch);
     free(jb.parts);
     return XENT_OK;
 }
