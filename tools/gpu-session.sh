@@ -276,9 +276,12 @@ for s in "$@"; do
         done ;;
     pairs)
         # two configs of a problem timed in one xent-tune process (bench/config_pairs.py):
-        # a rule that changes a config against the config it replaces, PAIRS_REPS times
+        # a rule that changes a config against the config it replaces, PAIRS_REPS times;
+        # PAIRS_TUNE: another build's xent-tune (a variant of tools/ab-build.sh, for a pair
+        # file that needs an experiment commit applied)
         stage "config pairs of ${PAIRS_FILE:?PAIRS_FILE names the pairs}"
-        run python3 bench/config_pairs.py "$PAIRS_FILE" --reps "${PAIRS_REPS:-2}" --out "$OUT/pairs/$(basename "$PAIRS_FILE" .txt)" ;;
+        run python3 bench/config_pairs.py "$PAIRS_FILE" --reps "${PAIRS_REPS:-2}" ${PAIRS_TUNE:+--tune "$PAIRS_TUNE"} \
+            --out "$OUT/pairs/$(basename "$PAIRS_FILE" .txt)" ;;
     threads)
         # 16 threads, each its own stream, workspace and problem, building
         # their plans at once, against a serial run (THREADS_ROUNDS launches
