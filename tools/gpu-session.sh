@@ -141,7 +141,8 @@ for s in "$@"; do
         search=(--budget "${GRAD_BUDGET:-20}"); [ "${GRAD_EXHAUSTIVE:-0}" = 1 ] && search=(--exhaustive)
         for sh in ${GRAD_SHAPES:-32768x4096:f32 32768x4096:bf16 16384x50257:f32 8192x128256:bf16}; do
             for op in ${GRAD_OPS:-fused backward}; do
-                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op "${search[@]}" -q --top "${TUNE_TOP:-3}"
+                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op "${search[@]}" -q \
+                    --top "${TUNE_TOP:-3}"
             done
         done ;;
     ship)

@@ -55,11 +55,30 @@ typedef struct train_job {
     double *scratch; /* c doubles a thread: the row as the softmax sees it */
 } train_job;
 
-/* Row i's loss (returned), lse and, on a compared row, gradient. */
+/* Row i's gradient, into its place among the compared rows: y the row as the
+ * softmax sees it, l its log-sum-exp. */
+static void train_grad(const train_job *jb, int64_t i, const double *y, double l, int64_t t, int ignored, int bad) {
+    const xent_problem *p = jb->p;
+    const double eps = p->label_smoothing, C = (double)p->c;
+    double *gi = jb->grad + i / jb->grad_step * p->c;
+    double f = jb->dloss ? (double)jb->dloss[p->reduction == XENT_REDUCE_NONE ? i : 0] : 1.0;
+    if (p->reduction == XENT_REDUCE_MEAN) f /= jb->denom;
+    const double wt = ignored || bad ? 0.0 : ref_w(jb->weights, t);
+    const double A = (1.0 - eps) * wt + eps / C * jb->W + 2.0 * p->z_loss * l;
+    for (int64_t j = 0; j < p->c; j++) {
+        double g = A * exp(y[j] - l) - (j == t ? (1.0 - eps) * wt : 0.0) - eps / C * ref_w(jb->weights, j);
+        if (p->softcap > 0.0f) {
+            double u = y[j] / (double)p->softcap;
+            g *= 1.0 - u * u;
+        }
+        gi[j] = ignored ? 0.0 : bad ? NAN : f * g;
+    }
+}
+
+/* Row i's loss (returned), its lse and, on a compared row, its gradient. */
 static double train_row(const train_job *jb, int64_t i, double *y) {
     const xent_problem *p = jb->p;
-    const double eps = p->label_smoothing, z = p->z_loss, C = (double)p->c;
-    const float *weights = jb->weights;
+    const double eps = p->label_smoothing;
     double m, logs, row = 0.0;
     const int64_t t = ref_tgt(p, jb->targets, i);
     const int ignored = t == p->ignore_index, bad = !ignored && (t < 0 || t >= p->c);
@@ -69,30 +88,16 @@ static double train_row(const train_job *jb, int64_t i, double *y) {
     if (bad)
         row = NAN;
     else if (!ignored) {
-        const double wt = ref_w(weights, t);
-        row = (1.0 - eps) * wt * (logs - (y[t] - m));
+        row = (1.0 - eps) * ref_w(jb->weights, t) * (logs - (y[t] - m));
         if (eps > 0.0) {
             double smooth = 0.0;
-            for (int64_t j = 0; j < p->c; j++) smooth += ref_w(weights, j) * (logs - (y[j] - m));
-            row += eps / C * smooth;
+            for (int64_t j = 0; j < p->c; j++) smooth += ref_w(jb->weights, j) * (logs - (y[j] - m));
+            row += eps / (double)p->c * smooth;
         }
-        row += z * l * l;
+        row += p->z_loss * l * l;
     }
     if (p->reduction == XENT_REDUCE_NONE) jb->loss[i] = row;
-    if (!jb->grad || i % jb->grad_step) return row;
-    double *gi = jb->grad + i / jb->grad_step * p->c;
-    double f = jb->dloss ? (double)jb->dloss[p->reduction == XENT_REDUCE_NONE ? i : 0] : 1.0;
-    if (p->reduction == XENT_REDUCE_MEAN) f /= jb->denom;
-    const double wt = ignored || bad ? 0.0 : ref_w(weights, t);
-    const double A = (1.0 - eps) * wt + eps / C * jb->W + 2.0 * z * l;
-    for (int64_t j = 0; j < p->c; j++) {
-        double g = A * exp(y[j] - l) - (j == t ? (1.0 - eps) * wt : 0.0) - eps / C * ref_w(weights, j);
-        if (p->softcap > 0.0f) {
-            double u = y[j] / (double)p->softcap;
-            g *= 1.0 - u * u;
-        }
-        gi[j] = ignored ? 0.0 : bad ? NAN : f * g;
-    }
+    if (jb->grad && i % jb->grad_step == 0) train_grad(jb, i, y, l, t, ignored, bad);
     return row;
 }
 
