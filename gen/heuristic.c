@@ -73,17 +73,6 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
     set_split(cfg, split);
 }
 
-/* fp32 rows of FIT_WIDE_F32_MIN_C up to FIT_WIDE_F32_END classes keep a
- * fitted config's vector where their alignment allows less, with scalar
- * edges: on odd lengths of 113-231 classes the entry's VEC=4 ran 15-25%
- * faster than VEC=1 with as many elements a lane (five of five), 9% slower
- * at 75; 16-bit rows lost 6-21% with their entry's wide vector (nine of
- * nine), so they narrow (bench/pairs/short-rows-vector.txt); from 263 to
- * 1881 classes narrowed fp32 rows ran faster on nine of ten, by 5-19%
- * (bench/pairs/f32-vector-mid.txt). */
-#define FIT_WIDE_F32_MIN_C 100
-#define FIT_WIDE_F32_END 256
-
 /* 16-bit rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks
  * take a warp team twice as wide with half the chunk a lane: twice the warps
  * on the same rows, to cover the loads' latency. On the H200, below 3.2
@@ -109,7 +98,6 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     xent_config fitted = *cfg;
     fit_split(&fitted, n_from, p);
     int v = xent_row_vec(p);
-    if (p->logits == XENT_F32 && p->c >= FIT_WIDE_F32_MIN_C && p->c < FIT_WIDE_F32_END) v = cfg->vec;
     if (v < cfg->vec) { /* as many elements a chunk, in narrower loads */
         long items = (long)cfg->items * cfg->vec / v, most = xent_chunk_limit(cfg->block) / v;
         fitted.items = (int)(items > 32 ? 32 : items > most ? most : items);

@@ -227,15 +227,26 @@ int xent_rows_aligned(const xent_problem *p) { return p->n == 1 || xent_stride_v
 
 /* Rows of this many bytes or fewer load vectors of their own alignment. */
 #define SHORT_ROW_BYTES 8192
+/* fp32 rows of WIDE_F32_MIN_C up to WIDE_F32_END classes load the widest
+ * vector with scalar edges whatever their alignment: on odd lengths of
+ * 113-231 classes VEC=4 ran 15-25% faster than VEC=1 with as many elements a
+ * lane (five of five), 9% slower at 75; 16-bit rows lost 6-21% with the wide
+ * vector (nine of nine, bench/pairs/short-rows-vector.txt); from 263 to 1881
+ * classes the narrowed fp32 rows ran faster on nine of ten, by 5-19%
+ * (bench/pairs/f32-vector-mid.txt). */
+#define WIDE_F32_MIN_C 100
+#define WIDE_F32_END 256
 
 /* The vector a row of p loads: below 256 classes the one its stride keeps
- * aligned; rows of up to SHORT_ROW_BYTES whose starts are 4-byte aligned or
- * better also take their alignment's vector, since scalar edges cost such
- * rows more than narrow loads do (the tuned winners of rows of 99 to 1075
- * classes, fp32 and fp16, took it and ran 6-26% faster than with the widest
- * vectors); longer rows, and rows aligned to less than 4 bytes, the widest. */
+ * aligned (but fp32 rows of WIDE_F32_MIN_C or more, the widest); rows of up
+ * to SHORT_ROW_BYTES whose starts are 4-byte aligned or better also take
+ * their alignment's vector, since scalar edges cost such rows more than
+ * narrow loads do (the tuned winners of rows of 99 to 1075 classes, fp32 and
+ * fp16, took it and ran 6-26% faster than with the widest vectors); longer
+ * rows, and rows aligned to less than 4 bytes, the widest. */
 int xent_row_vec(const xent_problem *p) {
     int64_t stride = p->row_stride ? p->row_stride : p->c, esize = xent_dtype_size(p->logits);
+    if (p->logits == XENT_F32 && p->c >= WIDE_F32_MIN_C && p->c < WIDE_F32_END) return xent_widest_vec(p->logits);
     int own = p->c < 256 || (p->c * esize <= SHORT_ROW_BYTES && stride * esize % 4 == 0);
     return own ? xent_stride_vec(p) : xent_widest_vec(p->logits);
 }

@@ -148,12 +148,11 @@ int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
 /* A config tuned for other rows (the nearest entry's, of n_from rows; 0:
  * unknown), fitted to p's: its segments a row scaled so that rows x segments
  * stay about the entry's (split rows only), its vector narrowed to the one
- * p's rows load (short rows aligned to less than the config's vector) with as
- * many elements a chunk (16-bit rows, and fp32 rows but those of 100 to
- * 255 classes), its team narrowed to the vectors of a row's segment and its chunk
+ * p's rows load (xent_row_vec, where that is narrower) with as many elements
+ * a chunk, its team narrowed to the vectors of a row's segment and its chunk
  * to a lane's share, two passes made one where the segment outgrows a chunk,
- * and a 16-bit row's warp team widened where rows are too few for sm_count SMs; unchanged
- * where that does not fit. */
+ * and a 16-bit row's warp team widened where rows are too few for sm_count
+ * SMs; unchanged where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count);
 /* Whether a training-family config tuned for rows of c_from classes suits
  * p's rows as they are: a row it held in registers is held here too, at least

@@ -542,6 +542,8 @@ static const heur_case heur_cases[] = {
     {14309, 434, XENT_F16, "VEC=2 TPR=2 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
     /* rows aligned to 2 bytes take the widest vector and scalar edges */
     {18242, 1151, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    /* and so do fp32 rows of 100-255 classes, however aligned (xent_row_vec) */
+    {300000, 201, XENT_F32, "VEC=4 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
 };
 
 /* A config made for other rows (a nearest entry's, of n_from rows), fitted
