@@ -364,16 +364,12 @@ static void record_trial(search *s, const xent_trial *tr) {
 
 static int over_budget(const search *s) { return now_s() - s->t0 > s->o->budget_s && s->best_us > 0; }
 
-/* Check and time cfgs[0, n) of a batch, compiled; stops at the budget when bounded. */
-static void time_slice(search *s, const xent_config *cfgs, int n, const int *status, char (*errs)[512],
-                       const char *stage, int bounded, int *left) {
+/* Check and time cfgs[0, n) of a batch, compiled: how many it took before
+ * the budget (when bounded) or the trial table ran out. */
+static int time_slice(search *s, const xent_config *cfgs, int n, const int *status, char (*errs)[512],
+                      const char *stage, int bounded) {
     for (int i = 0; i < n; i++) {
-        const int out = bounded && over_budget(s);
-        if (out || s->ntrials == s->cap) {
-            if (out) s->unreached += *left;
-            *left = 0;
-            return;
-        }
+        if ((bounded && over_budget(s)) || s->ntrials == s->cap) return i;
         xent_trial *tr = &s->trials[s->ntrials++];
         memset(tr, 0, sizeof *tr);
         tr->config = cfgs[i];
@@ -386,9 +382,9 @@ static void time_slice(search *s, const xent_config *cfgs, int n, const int *sta
         }
         if (tr->status == TRIAL_OK && (s->best_us <= 0 || tr->us < s->best_us)) s->best_us = tr->us;
         record_trial(s, tr);
-        (*left)--;
         if (s->o->progress) s->o->progress(s->o->progress_arg, s->ntrials, s->total, s->best_us, stage);
     }
+    return n;
 }
 
 /* Compile in parallel, then check and time each in turn. A bounded batch
@@ -407,16 +403,15 @@ static int run_batch(search *s, const xent_config *cfgs, int n, const char *stag
         return XENT_ENOMEM;
     }
     const int slice = bounded ? SLICE_PER_THREAD * (s->o->threads > 1 ? s->o->threads : 1) : (n > 0 ? n : 1);
-    int left = n;
-    for (int at = 0; at < n && left > 0; at += slice) {
-        const int m = n - at < slice ? n - at : slice;
-        if (bounded && over_budget(s)) {
-            s->unreached += left;
-            break;
-        }
-        xent_compile_many(cfgs + at, m, s->p, 1, s->ctx->arch, s->o->threads, status + at, NULL, errs + at);
-        time_slice(s, cfgs + at, m, status + at, errs + at, stage, bounded, &left);
+    int done = 0;
+    while (done < n && !(bounded && over_budget(s))) {
+        const int m = n - done < slice ? n - done : slice;
+        xent_compile_many(cfgs + done, m, s->p, 1, s->ctx->arch, s->o->threads, status + done, NULL, errs + done);
+        const int took = time_slice(s, cfgs + done, m, status + done, errs + done, stage, bounded);
+        done += took;
+        if (took < m) break;
     }
+    if (bounded && s->ntrials < s->cap) s->unreached += n - done;
     free(status);
     free(errs);
     return XENT_OK;
