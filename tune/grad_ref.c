@@ -41,9 +41,6 @@ static void ref_capped_row(const xent_problem *p, const void *logits, int64_t i,
 
 static double ref_w(const float *w, int64_t j) { return w ? (double)w[j] : 1.0; }
 
-/* Rows of a chunk: fixed, so that the sum of losses never depends on threads. */
-#define TRAIN_CHUNK_ELEMS (1 << 16)
-
 typedef struct train_job {
     const xent_problem *p;
     const void *logits, *targets;
@@ -121,7 +118,7 @@ int xent_ref_train(const xent_problem *p, const void *logits, const void *target
         int64_t t = ref_tgt(p, targets, i);
         if (t != p->ignore_index && t >= 0 && t < p->c) jb.denom += ref_w(weights, t);
     }
-    jb.rows_per_chunk = p->c >= TRAIN_CHUNK_ELEMS ? 1 : TRAIN_CHUNK_ELEMS / p->c;
+    jb.rows_per_chunk = tune_rows_per_chunk(p->c);
     const int64_t nchunks = (p->n + jb.rows_per_chunk - 1) / jb.rows_per_chunk;
     int nthr = tune_work_threads(p->n * p->c, nchunks);
     jb.totals = malloc((size_t)nchunks * sizeof *jb.totals);

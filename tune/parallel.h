@@ -9,6 +9,10 @@
 
 #define TUNE_MAX_THREADS 32
 
+/* Rows of c elements a chunk of the references: about 64K elements, fixed,
+ * so that their sums never depend on the thread count. */
+static inline int64_t tune_rows_per_chunk(int64_t c) { return c >= (1 << 16) ? 1 : (1 << 16) / c; }
+
 /* One chunk's work; thread (0 .. threads-1) indexes per-thread scratch. */
 typedef void (*tune_chunk_fn)(void *arg, int64_t chunk, int thread);
 

@@ -168,9 +168,6 @@ static void ref_do_chunk(void *arg, int64_t k, int thread) {
     jb->parts[k] = pt;
 }
 
-/* Elements per chunk: fixed so sums never depend on threads. */
-#define REF_CHUNK_ELEMS (1 << 16)
-
 static void ref_finish(const ref_job *jb, double *out, int64_t *bad_rows) {
     double loss = 0.0, weight = 0.0;
     int64_t bad = 0;
@@ -204,7 +201,7 @@ int xent_ref_forward(const xent_problem *p, const void *logits, const void *targ
     jb.eps = (double)p->label_smoothing;
     jb.rows = p->reduction == XENT_REDUCE_NONE ? out : NULL;
     jb.lse = lse;
-    jb.rows_per_chunk = p->c >= REF_CHUNK_ELEMS ? 1 : REF_CHUNK_ELEMS / p->c;
+    jb.rows_per_chunk = tune_rows_per_chunk(p->c);
     jb.nchunks = (p->n + jb.rows_per_chunk - 1) / jb.rows_per_chunk;
 
     int nthr = tune_work_threads(p->n * p->c, jb.nchunks);
