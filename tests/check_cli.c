@@ -222,6 +222,8 @@ START_TEST(test_bad_shapes) {
         snprintf(eq, sizeof eq, "--shape=%s", bad[i]);
         USAGE(quoted, NULL, "--dry-run", eq);
     }
+    /* A class count past an int says the bound. */
+    USAGE("bad shape '1x2147483648'", "C <= 2147483647", "--dry-run", "--shape", "1x2147483648");
     /* A bad shape after good ones still fails. */
     USAGE("bad shape '5x0'", NULL, "--dry-run", "-s", "8x8", "-s", "5x0");
     /* Well-formed, but a problem the library refuses: its reason, before any arithmetic on it. */

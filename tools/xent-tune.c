@@ -100,7 +100,7 @@ static int parse_shape(const char *s, int64_t *n, int64_t *c) {
 static int add_shape(cli *o, const char *s) {
     if (o->nshapes == MAX_SHAPES) return bad_usage("more than 4096 shapes", "");
     if (parse_shape(s, &o->shapes[o->nshapes][0], &o->shapes[o->nshapes][1]))
-        return bad_usage("bad shape '%s' (expected NxC with N, C >= 1, e.g. 32768x4096)", s);
+        return bad_usage("bad shape '%s' (expected NxC with N >= 1 and 1 <= C <= 2147483647, e.g. 32768x4096)", s);
     o->nshapes++;
     return 0;
 }
