@@ -2,7 +2,7 @@
  * check_grad.c — the GPU suite of the training ops (templates/xent_grad/): loss, lse
  * and gradient of the fused, backward, rescale and shard paths against the
  * float64 CPU reference (xent_ref_train), over a table of cases; then the
- * time of the fused and backward plans beside a device copy of the same bytes.
+ * time of the fused, backward and rescale plans beside a device copy of the same bytes.
  *
  * Each case draws fresh inputs (seed printed; XENT_TEST_SEED repeats it),
  * poisons every output with NaN bytes, runs the op twice (the sums must be
@@ -499,7 +499,7 @@ static const struct {
 } perf_shapes[] = {
     {32768, 4096, XENT_F32}, {32768, 4096, XENT_BF16}, {16384, 50257, XENT_F32}, {8192, 128256, XENT_BF16}};
 
-/* Fused and backward plans of the benchmark shapes against a copy of the logits' bytes. */
+/* Fused, backward and rescale plans of the benchmark shapes against a copy of the logits' bytes. */
 START_TEST(time_fused_and_backward) {
     const char *cfgs = getenv("XENT_GRAD_CONFIGS"); /* optional: ';'-separated configs to time too */
     int s = _i;
@@ -558,7 +558,20 @@ START_TEST(time_fused_and_backward) {
             xent_plan_destroy(alt);
         }
     }
-    CUdeviceptr all[] = {d.logits, d.targets, d.grad, d.loss, d.lse, d.dloss};
+    /* The backward of a scaled loss (a GradScaler's, an accumulated step's loss / k): the fused
+     * gradient rescaled in place, a read and a write of it as the copy. dloss = -1 flips signs
+     * only, so the repetitions keep the values where they were. */
+    float minus_one = -1.0f;
+    CUdeviceptr flip = dev_copy(&minus_one, 4);
+    p.op = XENT_OP_RESCALE;
+    xent_args r = {0};
+    r.logits = r.grad = (void *)d.grad;
+    r.dloss = (const float *)flip;
+    xent_plan *rescale;
+    XE(xent_plan_get(G.ctx, &p, &rescale));
+    double us = time_plan(rescale, &r, reps);
+    printf("  %-8s %8.1f us  %.3fx copy  (dloss -1) grid=%u\n", "rescale", us, us / copy, rescale->grid);
+    CUdeviceptr all[] = {d.logits, d.targets, d.grad, d.loss, d.lse, d.dloss, flip};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G.d->MemFree(all[i]);
     free(h);
     free(t);
