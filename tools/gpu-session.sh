@@ -126,13 +126,14 @@ for s in "$@"; do
         run python3 bench/copy_floor.py ${COPY_SHAPES:-} | tee "$OUT/copy.txt" ;;
     grad)
         # the training ops against the float64 reference, then the time of the
-        # fused and backward plans beside a device copy (GRAD_CONFIGS: more
-        # configs to time, ';'-separated). The plans are the session cache's
-        # (a gradtune before this stage), else this checkout's shipped ones:
-        # a fresh machine has no installed data folder, and would time the heuristic
+        # fused, backward and rescale plans beside a device copy (GRAD_CONFIGS: more
+        # configs to time, ';'-separated; GRAD_SUITE: another build's check_grad).
+        # The plans are the session cache's (a gradtune before this stage), else this
+        # checkout's shipped ones: a fresh machine has no installed data folder, and would
+        # time the heuristic
         stage "training ops"
         XENT_DATADIR=${XENT_DATADIR:-$PWD/tunecache} XENT_GRAD_CONFIGS="${GRAD_CONFIGS:-}" \
-            run timeout "${TEST_TIMEOUT:-900}" build/tests/gpu/check_grad ;;
+            run timeout "${TEST_TIMEOUT:-900}" "${GRAD_SUITE:-build/tests/gpu/check_grad}" ;;
     gradtune)
         stage "tune the training ops"
         # from the shipped entries, so that export keeps the ones not retuned here

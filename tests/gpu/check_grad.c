@@ -137,6 +137,15 @@ static const gcase cases[] = {
     {"rescale mean", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.3f, 0, NULL},
     {"rescale none", 64, 2048, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, RESCALE, 0, 0, 2.0f, 0, NULL},
     {"rescale by one", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 1.0f, 0, NULL},
+    /* one factor over rows back to back: a stream (its scalar head and tail off 16 bytes);
+     * padded rows, or a factor a row: a block a row */
+    {"rescale stream f16 offset", 333, 1001, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.7f, 3,
+     NULL},
+    {"rescale stream tiny", 5, 3, 0, XENT_F32, XENT_I32, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 2.0f, 1, NULL},
+    {"rescale padded rows bf16", 100, 3333, 5, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.25f,
+     0, NULL},
+    {"rescale none f32 padded offset", 50, 999, 3, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, RESCALE, 0, 0,
+     1.5f, 1, NULL},
     {"shards 2", 100, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, SHARDS, 0, 2, 1.0f, 0, NULL},
     {"shards 3 bf16 smooth z", 64, 10001, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 1e-3f, 0, SHARDS, 0, 3,
      2.0f, 0, NULL},
