@@ -219,6 +219,16 @@ def test_vocab_parallel_single():
     _check_grad(xg.grad, xd.grad, torch.float32)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_no_rows(reduction):
+    x = torch.zeros(0, 4096, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.zeros(0, dtype=torch.long, device=DEV)
+    loss = xent.cross_entropy(x, t, reduction=reduction)
+    torch.testing.assert_close(loss, F.cross_entropy(x.float(), t, reduction=reduction), equal_nan=True)
+    loss.sum().backward()
+    assert x.grad.shape == x.shape and x.grad.is_cuda
+
+
 def test_errors_on_gpu():
     x, t = _inputs(8, 100, torch.float32)
     with pytest.raises(ValueError, match="device"):

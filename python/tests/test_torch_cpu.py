@@ -211,6 +211,22 @@ def test_emulated_matches_torch(emulate, reduction, opts):
     torch.testing.assert_close(g.double(), gr, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("c", [5, 0])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_no_rows_as_torch(emulate, reduction, c, eps):
+    """A batch of no rows: F.cross_entropy's NaN mean, 0 sum (NaN when smoothing divides by C = 0) and
+    empty none, with a gradient of no elements."""
+    x = torch.zeros(0, c, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.zeros(0, dtype=torch.long)
+    loss, lse = xent.cross_entropy(x, t, reduction=reduction, label_smoothing=eps, return_lse=True)
+    ref = F.cross_entropy(x.float(), t, reduction=reduction, label_smoothing=eps)
+    assert loss.shape == ref.shape and loss.dtype == torch.float32 and lse.shape == (0,)
+    torch.testing.assert_close(loss, ref, equal_nan=True)
+    loss.sum().backward()
+    assert x.grad.shape == (0, c)
+
+
 def test_reference_z_loss_and_softcap_gradients():
     x, t = _x(n=5, c=6, seed=4)
     t[0] = -100

@@ -203,7 +203,7 @@ def _key(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, so
 
 # --- argument checking (clear Python errors before anything reaches C) ------------------------------
 
-def _check_inputs(input, target, weight=None, what="input", allow_cpu=False):
+def _check_inputs(input, target, weight=None, what="input", allow_cpu=False, no_rows=False):
     if not isinstance(input, torch.Tensor):
         raise TypeError("xent: %s must be a torch.Tensor (got %s)" % (what, type(input).__name__))
     if not isinstance(target, torch.Tensor):
@@ -219,7 +219,7 @@ def _check_inputs(input, target, weight=None, what="input", allow_cpu=False):
     n, c = input.shape
     if target.dim() != 1 or target.shape[0] != n:
         raise ValueError("xent: target must be 1-D with N = %d elements (got shape %s)" % (n, tuple(target.shape)))
-    if n == 0 or c == 0:
+    if (n == 0 and not no_rows) or (c == 0 and n > 0):
         raise ValueError("xent: empty %s (shape %s)" % (what, tuple(input.shape)))
     dev = input.device
     if dev.type != "cuda" and not (allow_cpu or (_emulate_cpu and dev.type == "cpu")) and dev.type != "meta":
@@ -479,12 +479,16 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     differentiable); inplace_backward=True writes the gradient over input's storage (saves N*C memory;
     input must not be used after this call, by you or by autograd).
 
+    A batch of no rows (N = 0) gives what F.cross_entropy gives: a NaN mean, a sum of 0, an empty none.
+
     When input requires grad, the forward computes the gradient too (one read of the logits) and the
     backward only rescales it by grad_output (nothing when grad_output is 1): a second backward through
     the same graph (retain_graph=True) is not supported.
     """
-    _check_inputs(input, target, weight)
+    _check_inputs(input, target, weight, no_rows=True)
     _check_options(reduction, label_smoothing, z_loss, softcap, weight)
+    if input.shape[0] == 0:
+        return _no_rows(input, reduction, label_smoothing, return_lse)
     red = _RED[reduction]
     if weight is not None:
         weight = weight.detach().to(torch.float32).contiguous()
@@ -506,6 +510,20 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     else:
         loss, lse, _ = torch.ops.xent.fused(input, *args)
     return (loss, lse) if return_lse else loss
+
+
+def _no_rows(input, reduction, label_smoothing, return_lse):
+    """F.cross_entropy of a batch of no rows: the mean is NaN (0 / 0), the sum 0 (NaN when smoothing
+    divides by C = 0), none an empty vector; differentiable (the gradient has no elements). Nothing is
+    launched."""
+    rows = input.float().sum(dim=1)
+    if reduction == "none":
+        loss = rows
+    elif reduction == "sum":
+        loss = rows.sum() * (float("nan") if label_smoothing and input.shape[1] == 0 else 1.0)
+    else:
+        loss = rows.mean()
+    return (loss, input.new_empty((0,), dtype=torch.float32)) if return_lse else loss
 
 
 class CrossEntropyLoss(torch.nn.Module):
