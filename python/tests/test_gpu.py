@@ -219,6 +219,26 @@ def test_vocab_parallel_single():
     _check_grad(xg.grad, xd.grad, torch.float32)
 
 
+@pytest.mark.parametrize("shape", [(1000,), (4, 1000, 8), (2, 1000, 3, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_layouts(shape, dtype, reduction):
+    """Unbatched [C] and [N, C, d1, ...] logits, as F.cross_entropy takes them."""
+    g = torch.Generator(device=DEV).manual_seed(7)
+    x = (torch.randn(shape, generator=g, device=DEV) * 3).to(dtype).requires_grad_(True)
+    classes, tshape = (shape[0], ()) if len(shape) == 1 else (shape[1], (shape[0],) + shape[2:])
+    t = torch.randint(0, classes, tshape, generator=g, device=DEV)
+    loss = xent.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1)
+    xd = x.detach().double().requires_grad_(True)
+    ref = F.cross_entropy(xd, t, reduction=reduction, label_smoothing=0.1)
+    assert loss.shape == ref.shape
+    _check_loss(loss, ref, dtype)
+    up = torch.rand(loss.shape, device=DEV) + 0.5
+    loss.backward(up)
+    ref.backward(up.double())
+    _check_grad(x.grad, xd.grad, dtype)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_no_rows(reduction):
     x = torch.zeros(0, 4096, device=DEV, dtype=torch.bfloat16, requires_grad=True)

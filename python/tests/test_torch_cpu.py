@@ -72,8 +72,9 @@ def test_cpu_tensor_is_value_error():
 @pytest.mark.parametrize("make, exc, match", [
     (lambda x, t: (x.double(), t), TypeError, "float32"),
     (lambda x, t: (x, t.float()), TypeError, "int64"),
-    (lambda x, t: (x[0], t), ValueError, "2-D"),
-    (lambda x, t: (x.unsqueeze(0), t), ValueError, "2-D"),
+    (lambda x, t: (x[0], t), ValueError, "0-d target"),
+    (lambda x, t: (x.unsqueeze(0), t), ValueError, "classes last"),
+    (lambda x, t: (x[0, 0], t[0]), ValueError, "2-D"),
     (lambda x, t: (x, t[:-1]), ValueError, "N = 6"),
     (lambda x, t: (x, t.view(2, 3)), ValueError, "1-D"),
     (lambda x, t: (x.t(), torch.zeros(10, dtype=torch.long, device=x.device)), ValueError, "stride"),
@@ -209,6 +210,39 @@ def test_emulated_matches_torch(emulate, reduction, opts):
                                                          for k, v in opts.items()})
     (gr,) = torch.autograd.grad(ref, xd, up.double())
     torch.testing.assert_close(g.double(), gr, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(7,), (3, 7, 4), (2, 7, 3, 5), (4, 7, 1)])
+def test_layouts_as_torch(emulate, reduction, shape):
+    """F.cross_entropy's other layouts: unbatched [C] with a 0-d target, and [N, C, d1, ...] with targets
+    [N, d1, ...]; loss (its shape for none), lse and gradient against torch in float64."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=g).requires_grad_(True)
+    tshape = () if len(shape) == 1 else (shape[0],) + shape[2:]
+    t = torch.randint(0, 7, tshape, generator=g)
+    if t.dim():
+        t.view(-1)[0] = 2  # an ignored element
+    w = torch.rand(7, generator=g) + 0.5
+    opts = dict(weight=w, ignore_index=2, label_smoothing=0.1, reduction=reduction)
+    loss, lse = xent.cross_entropy(x, t, return_lse=True, **opts)
+    xd = x.detach().double().requires_grad_(True)
+    ref = F.cross_entropy(xd, t, **dict(opts, weight=w.double()))
+    assert loss.shape == ref.shape and lse.shape == tshape
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(xd.detach(), dim=0 if len(shape) == 1 else 1))
+    up = torch.rand(loss.shape, generator=g) + 0.5
+    (gx,) = torch.autograd.grad(loss, x, up)
+    (gr,) = torch.autograd.grad(ref, xd, up.double())
+    torch.testing.assert_close(gx.double(), gr, rtol=1e-5, atol=1e-6)
+
+
+def test_layouts_refuse_inplace_and_mismatched_targets():
+    x, t = torch.randn(3, 7, 4), torch.zeros(3, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="inplace_backward takes"):
+        xent.cross_entropy(x.to("meta"), t.to("meta"), inplace_backward=True)
+    with pytest.raises(ValueError, match=r"target of shape \(3, 4\)"):
+        xent.cross_entropy(x.to("meta"), t[:, :3].to("meta"))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

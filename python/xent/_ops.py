@@ -469,15 +469,18 @@ class _FusedEager(torch.autograd.Function):
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
                   z_loss=0.0, softcap=0.0, return_lse=False, inplace_backward=False):
-    """torch.nn.functional.cross_entropy for 2-D [N, C] CUDA logits and class-index targets, by xent.
+    """torch.nn.functional.cross_entropy for CUDA logits and class-index targets, by xent.
 
-    input: float32, float16 or bfloat16, stride(1) == 1 (rows may be strided); target: int64 or int32 [N];
-    weight: optional [C] class weights (converted to contiguous float32). The loss is float32.
+    input: [N, C] logits, float32, float16 or bfloat16, stride(1) == 1 (rows may be strided), with
+    target int64 or int32 [N]; or, as F.cross_entropy takes them, unbatched [C] logits with a 0-d
+    target, or [N, C, d1, ..., dk] with target [N, d1, ..., dk] (classes along dim 1: xent takes a
+    copy with the classes last, unless every d is 1). weight: optional [C] class weights (converted to
+    contiguous float32). The loss is float32; reduction="none" gives it the target's shape.
 
     Extra options: z_loss adds z_loss * lse^2 per non-ignored row (not with weight); softcap > 0 applies
-    softcap * tanh(x / softcap) to the logits first; return_lse=True returns (loss, lse[N] float32, not
-    differentiable); inplace_backward=True writes the gradient over input's storage (saves N*C memory;
-    input must not be used after this call, by you or by autograd).
+    softcap * tanh(x / softcap) to the logits first; return_lse=True returns (loss, lse float32 of the
+    target's shape, not differentiable); inplace_backward=True writes the gradient over input's storage
+    (saves N*C memory; [N, C] input only; input must not be used after this call, by you or by autograd).
 
     A batch of no rows (N = 0) gives what F.cross_entropy gives: a NaN mean, a sum of 0, an empty none.
 
@@ -485,6 +488,38 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     backward only rescales it by grad_output (nothing when grad_output is 1): a second backward through
     the same graph (retain_graph=True) is not supported.
     """
+    opts = (weight, ignore_index, reduction, label_smoothing, z_loss, softcap, return_lse, inplace_backward)
+    if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.dim() not in (0, 2):
+        x, t, shape = _as_rows(input, target, inplace_backward)
+        out = _cross_entropy_rows(x, t, *opts)
+        loss, lse = out if return_lse else (out, None)
+        if reduction == "none":
+            loss = loss.reshape(shape)
+        return (loss, lse.reshape(shape)) if return_lse else loss
+    return _cross_entropy_rows(input, target, *opts)
+
+
+def _as_rows(input, target, inplace_backward):
+    """F.cross_entropy's other layouts as rows of classes: unbatched [C] with a 0-d target, and
+    [N, C, d1, ..., dk] with [N, d1, ..., dk] targets (the classes moved last). Returns the [rows, C]
+    logits (autograd flows back through the move), their targets, and the shape of a per-row result."""
+    if inplace_backward:
+        raise ValueError("xent: inplace_backward takes [N, C] input (got shape %s)" % (tuple(input.shape),))
+    if input.dim() == 1:
+        if target.dim() != 0:
+            raise ValueError("xent: unbatched input [C] takes a 0-d target (got shape %s)" % (tuple(target.shape),))
+        return input.unsqueeze(0), target.reshape(1), ()
+    want = (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != want:
+        raise ValueError("xent: input of shape %s takes a target of shape %s (got %s): the classes lie along "
+                         "dim 1, as F.cross_entropy takes them; for logits with the classes last, pass "
+                         "input.view(-1, C) and target.view(-1)" % (tuple(input.shape), want, tuple(target.shape)))
+    return input.movedim(1, -1).reshape(-1, input.shape[1]), target.reshape(-1), want
+
+
+def _cross_entropy_rows(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                        return_lse, inplace_backward):
+    """cross_entropy of [N, C] logits."""
     _check_inputs(input, target, weight, no_rows=True)
     _check_options(reduction, label_smoothing, z_loss, softcap, weight)
     if input.shape[0] == 0:
