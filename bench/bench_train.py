@@ -2,15 +2,16 @@
 """Forward + backward of the cross-entropy loss: xent vs torch eager, torch.compile and Liger, on one GPU.
 
     python3 bench/bench_train.py --out DIR [--shapes 32768x4096,32768x4096:bf16,16384x50257,8192x128256:bf16]
-                                 [--impls floor,xent,xent-inplace,eager,compile,liger] [--iters 20]
+                                 [--impls floor,xent,xent-inplace,eager,compile,liger] [--iters 20] [--scale K]
 
 Each call computes loss = cross_entropy(logits, targets) (mean) and its gradient with respect to the
-logits (loss.backward() with logits a leaf that requires grad). Timing: CUDA events around `iters`
-calls back to back after a warm-up, median of 5 repeats, per call. "floor" is a copy of the logits
-into a same-size buffer (torch's copy_: reads the logits once and writes a gradient-sized tensor), the
-least memory traffic any fused forward+backward can have, measured in the same run. Every
-implementation's loss and gradient are first checked against float64 PyTorch. Writes DIR/bench_train.json
-and DIR/bench_train.md.
+logits (loss.backward() with logits a leaf that requires grad; with --scale K, (loss * K).backward(),
+the backward of a scaled loss: a GradScaler's, or an accumulated step's loss / steps). Timing: CUDA
+events around `iters` calls back to back after a warm-up, median of 5 repeats, per call. "floor" is a
+copy of the logits into a same-size buffer (torch's copy_: reads the logits once and writes a
+gradient-sized tensor), the least memory traffic any fused forward+backward can have, measured in the
+same run. Every implementation's loss and gradient are first checked against float64 PyTorch. Writes
+DIR/bench_train.json and DIR/bench_train.md.
 """
 
 import argparse
@@ -39,7 +40,9 @@ def main():
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--impls", default="floor,xent,xent-inplace,eager,compile,liger")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--scale", type=float, default=1.0, help="backward of loss * K (default 1: loss)")
     args = ap.parse_args()
+    scale = args.scale
     import torch
     import torch.nn.functional as F
     import xent
@@ -62,7 +65,7 @@ def main():
         return fns
 
     fns = impl_fns()
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "iters": args.iters,
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "iters": args.iters, "scale": scale,
                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "shapes": []}
     for spec in args.shapes.split(","):
         n, c, dtn = parse_shape(spec)
@@ -76,7 +79,7 @@ def main():
         rows = min(n, 256)
         xd = base[:rows].double().requires_grad_(True)
         ref = F.cross_entropy(xd, t[:rows], reduction="sum") / n
-        ref.backward()
+        (ref * scale).backward()
         for name in args.impls.split(","):
             rec = {}
             row["impls"][name] = rec
@@ -95,7 +98,7 @@ def main():
                     x = base.clone().requires_grad_(True)
                     # correctness (float64 reference on the first rows)
                     loss = fn(x, t)
-                    loss.backward()
+                    (loss * scale if scale != 1.0 else loss).backward()
                     torch.cuda.synchronize()
                     gerr = (x.grad[:rows].double() - xd.grad).abs().max().item() / xd.grad.abs().max().item()
                     ref_full = F.cross_entropy(base.float(), t).item()
@@ -108,7 +111,8 @@ def main():
                         xx = work if not inplace else work.detach().requires_grad_(True)
                         # the in-place ones overwrite work with the gradient: timing them on that buffer is
                         # the same memory traffic (the values do not change the cost)
-                        fn(xx, t).backward()
+                        loss = fn(xx, t)
+                        (loss * scale if scale != 1.0 else loss).backward()
                         xx.grad = None
                 for _ in range(3):
                     call()
@@ -148,8 +152,9 @@ def main():
             else:
                 cells.append(r.get("status", "-"))
         lines.append("| %s | %s |" % (row["shape"], " | ".join(cells)))
-    md = "forward+backward per call, back to back (%s, torch %s, %s); × = over the copy floor\n\n" % (
-        results["device"], results["torch"], results["date"]) + "\n".join(lines) + "\n"
+    what = "forward+backward" if scale == 1.0 else "forward+backward of loss * %g" % scale
+    md = "%s per call, back to back (%s, torch %s, %s); × = over the copy floor\n\n" % (
+        what, results["device"], results["torch"], results["date"]) + "\n".join(lines) + "\n"
     open(os.path.join(args.out, "bench_train.md"), "w").write(md)
     json.dump(results, open(os.path.join(args.out, "bench_train.json"), "w"), indent=1)
     print(md)

@@ -4,6 +4,8 @@
 #
 #   bash python/tests/run_gpu.sh LOGDIR            (from the repository root, build/libxent.so present)
 #
+# BENCH_TRAIN_ARGS: more arguments for the benchmark, e.g. "--scale 0.25" (the backward of a scaled loss).
+#
 # Needs torch with CUDA (triton for torch.compile); Liger-Kernel is used when importable, and a wheel
 # carried as LIGER_WHEEL=path is installed first (--no-deps). If the pip install fails (no wheel package
 # for --no-build-isolation, say), the tests use the checkout's python/ with XENT_LIB=build/libxent.so.
@@ -40,6 +42,6 @@ grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller 
 (cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
 tail -3 "$LOG/pytest-cpu.log"
 grep -E '^(FAILED|ERROR) ' "$LOG/pytest-cpu.log"
-$PY bench/bench_train.py --out "$LOG/bench" > "$LOG/bench_train.log" 2>&1 || rc=1
+$PY bench/bench_train.py --out "$LOG/bench" ${BENCH_TRAIN_ARGS:-} > "$LOG/bench_train.log" 2>&1 || rc=1
 tail -12 "$LOG/bench_train.log"
 exit $rc
