@@ -53,13 +53,6 @@ static void fit_chunks(xent_config *cfg, const xent_problem *p) {
     }
 }
 
-/* Every tuned PERSIST=2 winner split its rows; unsplit, a config keeps the
- * static grid (PERSIST=2 sums of whole rows are not bitwise reproducible). */
-static void set_split(xent_config *cfg, int split) {
-    cfg->split = split;
-    if (cfg->persist == 2 && split == 1) cfg->persist = 1;
-}
-
 /* Segments a row for p's rows from a split made for n_from: about as many
  * teams as the entry ran (rows x segments), since splitting is there to fill
  * the GPU when rows are few; none where p's rows alone are as many. */
@@ -70,7 +63,7 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
     int64_t teams = n_from * cfg->split;
     int split = 1;
     while (split < most && 2 * split * p->n <= teams) split *= 2;
-    set_split(cfg, split);
+    cfg->split = split;
 }
 
 /* 16-bit rows too few to give every SM FEW_BLOCKS_PER_SM_X10 / 10 blocks
@@ -373,7 +366,7 @@ static int table_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     cfg->block = h->block;
     narrow_team(cfg, (p->c + cfg->vec - 1) / cfg->vec);
     cfg->items = heur_items(h, cfg, p->logits);
-    set_split(cfg, heur_split(p, sm_count, cfg));
+    cfg->split = heur_split(p, sm_count, cfg);
     fit_chunks(cfg, p);
     return 1;
 }

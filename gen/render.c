@@ -115,8 +115,6 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     for (int i = 0; i < xent_nknobs && !grad; i++)
         if (xent_knobs[i].stage == KNOB_RENDER && (xent_knobs[i].families & KNOB_FWD))
             fprintf(f, "#define XENT_%s %d\n", xent_knobs[i].name, xent_knob_get(cfg, &xent_knobs[i]));
-    /* PERSIST=2 is launched like 1 but compiled with its own row loop */
-    if (!grad) fprintf(f, "#define XENT_DYNAMIC %d\n", cfg->persist == 2);
     /* SPLIT > 1 is launched with its split but compiled once for all of them */
     if (!grad) fprintf(f, "#define XENT_SEGMENTED %d\n", cfg->split > 1);
     fprintf(f, "#define XENT_LOGIT %d\n#define XENT_TARGET %d\n#define XENT_REDUCTION %d\n", (int)p->logits,

@@ -30,11 +30,11 @@ const xent_knob xent_knobs[] = {
     {"SPLIT", "teams per row: segments combined by the row's last team (xent_grad: the blocks of a "
      "cluster sharing a row through distributed shared memory)", KNOB_LAUNCH,
      8, {1, 2, 4, 8, 16, 32, 64, 128}, KNOB(split), 0, KNOB_FWD | KNOB_GRAD},
+    /* no 2 (rows taken from a counter): it won no tune; 3 keeps the number caches hold */
     {"PERSIST", "0: a block a group of rows, or two even rounds of blocks where the groups exceed one round "
-     "by less than another; 1: grid of at most the resident blocks, teams loop over rows; 2: the same grid, "
-     "rows taken from a counter as teams finish (no uneven last round); 3: as 1, with as few blocks "
-     "as give every block the same number of rounds", KNOB_LAUNCH,
-     4, {0, 1, 2, 3}, KNOB(persist), 0, KNOB_FWD},
+     "by less than another; 1: grid of at most the resident blocks, teams loop over rows; 3: as 1, with as "
+     "few blocks as give every block the same number of rounds", KNOB_LAUNCH,
+     3, {0, 1, 3}, KNOB(persist), 0, KNOB_FWD},
     {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
      "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
      KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
@@ -193,8 +193,6 @@ int xent_config_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "SPLIT > 1 takes TPR >= 32 (a warp or a block a team, whose combine is uniform)");
     if (cfg->tile && (cfg->tpr != 1 || cfg->items != 1 || cfg->passes != 2 || cfg->split != 1))
         return refuse(why, len, "TILE=1 takes TPR=1 ITEMS=1 PASSES=2 SPLIT=1");
-    if (cfg->tile && cfg->persist == 2)
-        return refuse(why, len, "TILE=1 takes PERSIST 0 or 1 (its warps take row groups by position)");
     if (!family_knobs_only(cfg, KNOB_FWD, "xent_fwd", why, len)) return 0;
     /* fp32 chunks leave the MUFU pipe a third busy: nothing to balance */
     if (cfg->poly && (d == XENT_F32 || cfg->tile))
@@ -346,14 +344,13 @@ static size_t enumerate_from(int knob, xent_config *cur, xent_dtype d, const xen
 long long xent_persistent_grid(long long groups, long long resident, int persist) {
     if (groups <= resident) return groups;
     if (!persist && groups >= 2 * resident) return groups;
-    if (persist == 1 || persist == 2) return resident;
+    if (persist == 1) return resident;
     long long rounds = (groups + resident - 1) / resident;
     return (groups + rounds - 1) / rounds;
 }
 
 int xent_config_same_kernel(const xent_config *a, const xent_config *b) {
     xent_config x = *a, y = *b;
-    if (x.persist == 2 || y.persist == 2) return !memcmp(&x, &y, sizeof x); /* PERSIST=2 is rendered */
     x.persist = y.persist = 0;
     return !memcmp(&x, &y, sizeof x);
 }
@@ -476,10 +473,6 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     /* divided, not multiplied: the problem may not have been checked yet */
     if (cfg->split > 1 && p->n > MAX_SPLIT_ITEMS / cfg->split)
         return refuse(why, len, "SPLIT: rows x segments exceed the workspace limit");
-    /* Under PERSIST=2 which rows a block sums varies from run to run; split rows
-     * are summed in row order whatever the schedule, unsplit ones are not. */
-    if (cfg->persist == 2 && cfg->split == 1 && p->reduction != XENT_REDUCE_NONE)
-        return refuse(why, len, "PERSIST=2 with a sum or mean needs SPLIT > 1 (bitwise reproducible sums)");
     return 1;
 }
 

@@ -34,7 +34,7 @@ typedef struct xent_config {
     int passes;   /* 1 online, 2 max then sum */
     int cache;    /* load cache hint */
     int split;    /* teams per row (launch) */
-    int persist;  /* 1: grid of at most the resident blocks; 2: and dynamic row scheduling (launch) */
+    int persist;  /* 1: grid of at most the resident blocks; 3: even rounds of them (launch) */
     int tile;     /* 1: rows staged in shared memory, a thread per row */
     int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (xent_fwd: 16-bit logits) */

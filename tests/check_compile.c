@@ -2,8 +2,7 @@
  * the ptxas report shows no spills; the kernel cache works in memory and on
  * disk. The full space compiles with XENT_COMPILE_ALL=1 (a few minutes on
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
- * fp16 and bf16 config, every 48th fp32 and 96th bf16 config with PERSIST=2 (its
- * own row loop), every TILE config, every 96th fp32 and 128th bf16 config
+ * fp16 and bf16 config, every TILE config, every 96th fp32 and 128th bf16 config
  * for short rows (c compiled in: XENT_C), the heuristic's config for the
  * benchmark shapes, and the configs the GPU sweep once found spilling. */
 #include <check.h>
@@ -52,18 +51,14 @@ static void compile_and_check(const xent_config *cfgs, int n, const xent_problem
     compile_and_check_each(cfgs, n, p, 1);
 }
 
-static void compile_space(xent_dtype d, int every, int persist) {
+static void compile_space(xent_dtype d, int every) {
     if (getenv("XENT_COMPILE_ALL")) every = 1;
     size_t n = xent_space_enumerate(d, NULL, 132, NULL, 0);
     xent_config *all = calloc(n, sizeof *all), *pick = calloc(n, sizeof *pick);
     ck_assert(all && pick);
     xent_space_enumerate(d, NULL, 132, all, n);
     int k = 0;
-    for (size_t i = 0; i < n; i += (size_t)every) {
-        pick[k] = all[i];
-        if (persist && !pick[k].tile) pick[k].persist = persist; /* PERSIST=2 renders its own row loop */
-        k++;
-    }
+    for (size_t i = 0; i < n; i += (size_t)every) pick[k++] = all[i];
     xent_problem p;
     xent_problem_init(&p, 1000, 1000);
     p.logits = d;
@@ -77,22 +72,16 @@ static void compile_space(xent_dtype d, int every, int persist) {
         p.targets = part % 2 ? XENT_I32 : XENT_I64;
         compile_and_check(pick + lo, hi - lo, &p);
     }
-    fprintf(stderr, "compiled %d of %zu configs for dtype %d%s\n", k, n, (int)d, persist == 2 ? " (PERSIST=2)" : "");
+    fprintf(stderr, "compiled %d of %zu configs for dtype %d\n", k, n, (int)d);
     free(all);
     free(pick);
 }
 
-START_TEST(sample_f32) { compile_space(XENT_F32, 24, 0); }
+START_TEST(sample_f32) { compile_space(XENT_F32, 24); }
 END_TEST
-START_TEST(sample_f16) { compile_space(XENT_F16, 48, 0); }
+START_TEST(sample_f16) { compile_space(XENT_F16, 48); }
 END_TEST
-START_TEST(sample_bf16) { compile_space(XENT_BF16, 48, 0); }
-END_TEST
-
-START_TEST(sample_dynamic) {
-    compile_space(XENT_F32, 48, 2);
-    compile_space(XENT_BF16, 96, 2);
-}
+START_TEST(sample_bf16) { compile_space(XENT_BF16, 48); }
 END_TEST
 
 /* Every TILE config: the staging code differs by VEC and dtype, and the
@@ -149,7 +138,6 @@ START_TEST(fixed_c_configs_compile) {
             p->label_smoothing = k % 4 >= 2 ? 0.1f : 0.0f;
             p->write_lse = k % 5 == 0;
             p->targets = k % 2 ? XENT_I32 : XENT_I64;
-            if (k % 3 == 0 && !pick[k].tile) pick[k].persist = 2; /* with reduction none */
         }
         compile_and_check_each(pick, k, probs, k);
         fprintf(stderr, "compiled %d configs with XENT_C for dtype %d\n", k, d);
@@ -202,15 +190,11 @@ static void compile_listed(const listed_config *list, size_t n) {
     }
 }
 
-/* Configs that spill unless the template asks for more registers for the
- * dynamic schedule and for weighted smoothing (the GPU sweep checks every
- * config for spills): under every problem variant, none may spill. */
+/* Configs that spill unless the template asks for more registers for
+ * weighted smoothing (the GPU sweep checks every config for spills): under
+ * every problem variant, none may spill. */
 START_TEST(sweep_spills_stay_fixed) {
     static const listed_config found[] = {
-        {XENT_F32, "VEC=2 TPR=8 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
-        {XENT_F32, "VEC=4 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2"},
-        {XENT_F16, "VEC=4 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
-        {XENT_F16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=2"},
         {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0"},
         {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0"},
         /* the GPU suite's prewarm, 12:53: 8 bytes at 96 registers (a select tree over 64 words) */
@@ -230,7 +214,6 @@ START_TEST(poly_configs_compile) {
         {XENT_F16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=3 POLY=4"},
         {XENT_F16, "VEC=4 TPR=64 BLOCK=64 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=8"},
         {XENT_BF16, "VEC=2 TPR=1 BLOCK=128 ITEMS=32 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1 POLY=4"},
-        {XENT_BF16, "VEC=8 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2 POLY=8"},
     };
     compile_listed(cases, sizeof cases / sizeof cases[0]);
 }
@@ -535,7 +518,6 @@ int main(void) {
     tcase_add_test(sl, sample_f32);
     tcase_add_test(sl, sample_f16);
     tcase_add_test(sl, sample_bf16);
-    tcase_add_test(sl, sample_dynamic);
     suite_add_tcase(s, sl);
     /* a case of its own: CK_RUN_CASE=kcache runs it alone */
     TCase *kc = tcase_create("kcache");

@@ -231,7 +231,7 @@ START_TEST(poly_is_optional_and_constrained) {
 }
 END_TEST
 
-/* Static schedules share a kernel; PERSIST=2 and every other knob render their own. */
+/* The launch schedules (PERSIST) share a kernel; every other knob renders its own. */
 START_TEST(same_kernel_across_static_grids) {
     static const struct {
         const char *a, *b;
@@ -241,8 +241,6 @@ START_TEST(same_kernel_across_static_grids) {
          "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", 1},
         {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
          "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 1},
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
-         "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2", 0},
         {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
          "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1", 0},
         {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
@@ -267,7 +265,6 @@ START_TEST(persistent_grids) {
     ck_assert_int_eq(xent_persistent_grid(412, 396, 0), 206);   /* not a partial second round */
     ck_assert_int_eq(xent_persistent_grid(791, 396, 0), 396);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 1), 528);
-    ck_assert_int_eq(xent_persistent_grid(8192, 528, 2), 528);
     ck_assert_int_eq(xent_persistent_grid(8192, 528, 3), 512); /* 16 rounds each, none left over */
     ck_assert_int_eq(xent_persistent_grid(4096, 396, 3), 373); /* 11 rounds: 372 blocks would need 12 */
     ck_assert_int_eq(xent_persistent_grid(300, 528, 3), 300);  /* one round: unchanged */
@@ -339,31 +336,15 @@ START_TEST(relevant_candidates_are_a_legal_subset) {
 }
 END_TEST
 
-/* PERSIST=2 changes which rows a block sums from run to run: a fused sum or
- * mean takes it only with split rows, whose results are summed in row order. */
-START_TEST(dynamic_schedule_keeps_sums_reproducible) {
+/* PERSIST=2 (rows taken from a counter) won no tune and left the space: a
+ * cache's config with it is refused by name, not run. */
+START_TEST(retired_persist_refused) {
     xent_config c;
     char why[256] = "";
-    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=2", &c,
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=2", &c,
                                        why, sizeof why),
-                     XENT_OK);
-    xent_problem p;
-    xent_problem_init(&p, 32768, 4096);
-    ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
-    ck_assert_ptr_nonnull(strstr(why, "PERSIST=2"));
-    p.reduction = XENT_REDUCE_SUM;
-    ck_assert(!xent_config_fits(&c, &p, NULL, 0));
-    p.reduction = XENT_REDUCE_NONE;
-    ck_assert(xent_config_fits(&c, &p, NULL, 0));
-    p.reduction = XENT_REDUCE_MEAN;
-    c.split = 2;
-    ck_assert(xent_config_fits(&c, &p, NULL, 0));
-    /* and the tuner never offers what does not fit */
-    xent_problem_init(&p, 32768, 4096);
-    size_t n;
-    xent_config *all = enumerate_all(XENT_F32, &p, &n);
-    for (size_t i = 0; i < n; i++) ck_assert(xent_config_fits(&all[i], &p, NULL, 0));
-    free(all);
+                     XENT_EINVAL);
+    ck_assert_msg(strstr(why, "PERSIST") && strstr(why, "'2'"), "%s", why);
 }
 END_TEST
 
@@ -607,8 +588,8 @@ static const fit_case fit_cases[] = {
      "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3",
      "VEC=4 TPR=32 BLOCK=128 ITEMS=1 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3", 0},
     {8, 100000, 100000, XENT_F32, XENT_OP_FORWARD,
-     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=2",
-     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=2", 0},
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=1",
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=1", 0},
     /* split rows keep about the entry's rows x segments: more segments for
      * fewer rows, none where the rows alone are as many */
     {7, 1000003, 1000003, XENT_F32, XENT_OP_FORWARD,
@@ -618,7 +599,7 @@ static const fit_case fit_cases[] = {
      "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=2 PERSIST=1 POLY=8",
      "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 POLY=8", 64},
     {100, 100000, 100000, XENT_F32, XENT_OP_FORWARD,
-     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=2",
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=8 PERSIST=1",
      "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=1", 8},
     {1, 4096, 4096, XENT_F32, XENT_OP_FORWARD,
      "VEC=4 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=1",
@@ -753,7 +734,7 @@ int main(void) {
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
-    tcase_add_test(tc, dynamic_schedule_keeps_sums_reproducible);
+    tcase_add_test(tc, retired_persist_refused);
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);
     tcase_add_loop_test(tc, heuristic_follows_the_table, 0, (int)(sizeof heur_cases / sizeof heur_cases[0]));

@@ -130,8 +130,8 @@ typedef struct tc_answer {
  *   4. in arch, the entry of the same architecture, any GPU and SM count,
  *      nearest as in 3 (an exact one first), then the nearest SM count.
  * Entries of another kind answer only when accepted for the query's problem
- * (the runtime checks that the config fits it: a PERSIST=2 config of
- * reduction none is refused for a mean).
+ * (the runtime checks that the config fits it: a TILE config of
+ * contiguous rows is refused for rows too far apart to stage).
  * An entry is passed over when stale (tc_stale) or not accepted. XENT_OK with
  * a filled; XENT_ENOTFOUND (a->from = XENT_SOURCE_HEURISTIC) when no level answered;
  * a store's error (XENT_ECACHE) when nothing answered and a store failed. */

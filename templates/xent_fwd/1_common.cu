@@ -32,8 +32,6 @@
  * Problem defines (set from the problem, never tuned):
  *   XENT_LOGIT 0 fp32, 1 fp16, 2 bf16;  XENT_TARGET 0 int32, 1 int64;
  *   XENT_REDUCTION 0 none, 1 sum, 2 mean;  XENT_WEIGHTS, XENT_SMOOTHING, XENT_LSE 0/1
- *   XENT_DYNAMIC 1 for PERSIST=2: a persistent grid whose units claim item groups
- *                from a counter (rendered from the launch knob; see team_rows)
  *   XENT_SEGMENTED 1 when SPLIT > 1 (rendered from the launch knob): only such
  *                kernels hold the split rows' addressing and combine, whose
  *                registers would otherwise weigh on every kernel's row loop
@@ -47,7 +45,7 @@
  *   [0, 4)                  unsigned ticket of the last block
  *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean), or
  *                           of the segments when few rows are merged in one level (one_level)
- *   [8, 16)                 the work counter of dynamic scheduling (PERSIST=2)
+ *   [8, 16)                 unused
  *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
  *                           (16-aligned), double2 row results[n] (summed in a fixed order by
@@ -79,9 +77,6 @@
 #ifndef XENT_POLY
 #define XENT_POLY 0
 #endif
-#ifndef XENT_DYNAMIC
-#define XENT_DYNAMIC 0
-#endif
 #ifndef XENT_SEGMENTED
 #define XENT_SEGMENTED 0
 #endif
@@ -108,8 +103,6 @@
 #define WARPS (XENT_BLOCK / 32 > 0 ? XENT_BLOCK / 32 : 1)
 #define PART_FLOATS (3 + XENT_SMOOTHING * (1 + XENT_WEIGHTS))
 #define LOG2E 1.4426950408889634f
-/* The work counter of dynamic scheduling, in the workspace header (see above). */
-#define WORK_COUNTER(ws) ((unsigned long long *)((ws) + 8))
 #define FULL_MASK 0xffffffffu
 /* A word of -inf logits (one fp32, two fp16 or two bf16): what missing vectors read as. */
 #define NEG_INF_WORD (XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u)

@@ -211,20 +211,6 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     if (threadIdx.x == 0) {
         write_loss(loss, l, wsum);
         *ticket = 0u;
-#if XENT_DYNAMIC
-        *WORK_COUNTER(ws) = 0ull;
-#endif
-    }
-}
-#endif
-#if XENT_DYNAMIC && (XENT_REDUCTION == 0 || XENT_SEGMENTED)
-/* Without the last block of a reduction, dynamic scheduling still needs one:
- * it zeroes the counter once every block has stopped taking work. */
-__device__ void reset_counter(unsigned char *ws) {
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd((unsigned *)ws, 1u) == gridDim.x - 1) {
-        *(unsigned *)ws = 0u;
-        *WORK_COUNTER(ws) = 0ull;
     }
 }
 #endif

@@ -162,8 +162,7 @@ __device__ __forceinline__ bool fits_one_chunk(const kargs &k) {
     return ((k.c / XENT_VEC) + k.split - 1) / k.split <= CHUNK;
 }
 
-#if !XENT_DYNAMIC
-/* Static (PERSIST 0, 1): block b takes item groups b, b + grid, ... */
+/* Block b takes item groups b, b + grid, ... (a grid of one round, or as many rounds as PERSIST gives). */
 __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
     const int team = threadIdx.x / XENT_TPR;
     const int lane = threadIdx.x % XENT_TPR;
@@ -174,55 +173,13 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
         team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
     }
 }
-#else
-/* Dynamic (PERSIST=2, rendered as XENT_DYNAMIC so static kernels keep their
- * registers): units (a warp of teams when TPR <= 32, else the block's team)
- * take their first item group by position, then claim the next from a
- * counter as they start the current one, so the atomic's latency hides
- * behind the row and no unit is left with a last round the others lack. */
-__device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, double &weight_acc) {
-    const int lane = threadIdx.x % XENT_TPR;
-    const long long work = k.n * k.split;
-    const bool one_chunk = fits_one_chunk(k);
-    unsigned long long *counter = WORK_COUNTER(k.ws);
-#if XENT_TPR <= 32
-    const int per_unit = 32 / XENT_TPR;
-    const int in_unit = (threadIdx.x % 32) / XENT_TPR;
-    const long long units = (long long)gridDim.x * WARPS;
-    long long g = (long long)blockIdx.x * WARPS + threadIdx.x / 32;
-    const long long groups = (work + per_unit - 1) / per_unit;
-    while (g < groups) {
-        unsigned long long next = 0;
-        if (threadIdx.x % 32 == 0) next = atomicAdd(counter, 1ull);
-        const long long w = g * per_unit + in_unit;
-        team_item(k, w, w < work, lane, one_chunk, loss_acc, weight_acc);
-        g = (long long)__shfl_sync(FULL_MASK, next, 0) + units;
-    }
-#else
-    __shared__ unsigned long long claimed;
-    long long g = blockIdx.x;
-    while (g < work) {
-        unsigned long long next = 0;
-        if (threadIdx.x == 0) next = atomicAdd(counter, 1ull);
-        team_item(k, g, true, lane, one_chunk, loss_acc, weight_acc);
-        /* team_item's team_merge barrier keeps thread 0 from overwriting
-         * this before every thread has read it */
-        if (threadIdx.x == 0) claimed = next;
-        __syncthreads();
-        g = (long long)claimed + gridDim.x;
-    }
-#endif
-}
-#endif
 #endif
 
 /* Left alone, ptxas' occupancy heuristic squeezed some configs into 32 or 40
  * registers and spilled; asking for one block per SM let others grow to 127
  * where 96 suffice. So ask for the blocks that leave each thread its chunk
- * plus room for addresses and sums (a little more for
- * the dynamic schedule's claim: at 96, 64-logit chunks spilled 24-80 bytes;
- * and for weighted smoothing, whose class weights are loaded beside the
- * chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128; with
+ * plus room for addresses and sums (a little more for weighted smoothing,
+ * whose class weights are loaded beside the chunk: a bf16 thread-per-row chunk of 64 spilled 12 bytes at 128; with
  * POLY's polynomial as well, an f16 two-pass chunk of 32 words spilled 12
  * bytes at 128, so such kernels take the next step down in blocks). */
 /* Rows short enough for a compiled-in class count need fewer registers than
@@ -266,7 +223,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 #define WIDE_WEIGHTED (XENT_LOGIT != 0 && XENT_SMOOTHING && XENT_WEIGHTS && XENT_PASSES == 2 && XENT_ITEMS * VWORDS >= 32)
 #define REGS_WANTED                                                                                  \
     ((REGS_CHUNK > REGS_FLOOR ? REGS_CHUNK : REGS_FLOOR) + (XENT_LOGIT ? 16 : 32) * XENT_SMOOTHING + 16 * XENT_SMOOTHING * XENT_WEIGHTS + \
-     32 * XENT_SMOOTHING * XENT_WEIGHTS * ((XENT_POLY != 0) || WIDE_WEIGHTED) + 16 * XENT_DYNAMIC)
+     32 * XENT_SMOOTHING * XENT_WEIGHTS * ((XENT_POLY != 0) || WIDE_WEIGHTED))
 /* Registers are split among the 4 schedulers, a warp on one: 64-thread
  * blocks asked for 9 blocks at 112 registers got 96 and spilled. */
 #define REG_BLOCKS (4 * (16384 / (32 * REGS_WANTED)) / WARPS)
@@ -293,7 +250,5 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #endif
 #if XENT_REDUCTION != 0 && !XENT_SEGMENTED
     finish_reduction(loss_acc, weight_acc, loss, ws);
-#elif XENT_DYNAMIC
-    reset_counter(ws);
 #endif
 }

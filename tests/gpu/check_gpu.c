@@ -607,8 +607,8 @@ static const det_case det_cases[] = {
     {64, 262144, XENT_BF16, XENT_REDUCE_NONE, "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=1 CACHE=2 SPLIT=32 PERSIST=1"},
     {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, NULL},
     {32768, 4096, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=2 CACHE=1 SPLIT=1 PERSIST=1"},
-    {32768, 4096, XENT_F32, XENT_REDUCE_NONE, "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=2 SPLIT=1 PERSIST=2"},
-    {64, 262144, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 SPLIT=4 PERSIST=2"},
+    {32768, 4096, XENT_F32, XENT_REDUCE_NONE, "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=2 SPLIT=1 PERSIST=3"},
+    {64, 262144, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 SPLIT=4 PERSIST=3"},
     {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 SPLIT=2 PERSIST=1"},
     {32768, 4096, XENT_F16, XENT_REDUCE_NONE, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 SPLIT=1 PERSIST=0"},
     {1048576, 10, XENT_BF16, XENT_REDUCE_MEAN, NULL},
@@ -799,22 +799,6 @@ START_TEST(test_sweep) {
     double t0 = now_s();
     const long spilled_before = S->cfg_spilled;
     size_t cfail = compile_all(cfgs, probs, rcs, count, label, 200);
-    /* every 16th config also runs with PERSIST=2, which renders its own row loop */
-    xent_config *dyn = malloc(count * sizeof *dyn);
-    xent_problem *dyn_probs = malloc(count * sizeof *dyn_probs);
-    int *dyn_rcs = calloc(count, sizeof *dyn_rcs);
-    ck_assert(dyn && dyn_probs && dyn_rcs);
-    size_t ndyn = 0;
-    for (size_t k = 0; k < count; k += 16)
-        if (!cfgs[k].tile) {
-            dyn[ndyn] = cfgs[k];
-            dyn[ndyn].persist = 2;
-            dyn_probs[ndyn++] = probs[k];
-        }
-    cfail += compile_all(dyn, dyn_probs, dyn_rcs, ndyn, label, 200);
-    free(dyn);
-    free(dyn_probs);
-    free(dyn_rcs);
     double t1 = now_s();
     S->sweep_compile_s += t1 - t0;
     S->cfg_total += (long)total;
@@ -833,16 +817,8 @@ START_TEST(test_sweep) {
             xent_config cfg = cfgs[k];
             cfg.split = splits[rand_below(&s, 8)];
             cfg.persist = (int)rand_below(&s, 3);
-            if (cfg.persist == 2) cfg.persist = 3; /* the static schedules: 0, 1 and the balanced grid */
+            if (cfg.persist == 2) cfg.persist = 3; /* the schedules: 0, 1 and the balanced grid */
             if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
-            if (k % 16 == 0 && !cfg.tile) { /* compiled above */
-                xent_config dyn = cfg;
-                dyn.persist = 2;
-                if (probs[k].reduction != XENT_REDUCE_NONE && dyn.split == 1)
-                    dyn.split = 2; /* sums under PERSIST=2 need split rows (xent_config_fits) */
-                /* which take teams of a warp or more: a narrower team's sum keeps a static schedule */
-                if (xent_config_legal(&dyn, d, NULL, 0)) cfg = dyn;
-            }
             int ci = 4;
             while (ci > 0 && sweep_c[ci] != probs[k].c) ci--;
             spec sp;
