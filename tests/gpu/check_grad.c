@@ -569,17 +569,21 @@ START_TEST(time_fused_and_backward) {
     }
     /* The backward of a scaled loss (a GradScaler's, an accumulated step's loss / k): the fused
      * gradient rescaled in place, a read and a write of it as the copy. dloss = -1 flips signs
-     * only, so the repetitions keep the values where they were. */
+     * only, so the repetitions keep the values where they were. dloss = 1, the plain
+     * loss.backward(): the launch that finds nothing to do. */
     float minus_one = -1.0f;
     CUdeviceptr flip = dev_copy(&minus_one, 4);
     p.op = XENT_OP_RESCALE;
     xent_args r = {0};
     r.logits = r.grad = (void *)d.grad;
-    r.dloss = (const float *)flip;
     xent_plan *rescale;
     XE(xent_plan_get(G.ctx, &p, &rescale));
-    double us = time_plan(rescale, &r, reps);
-    printf("  %-8s %8.1f us  %.3fx copy  (dloss -1) grid=%u\n", "rescale", us, us / copy, rescale->grid);
+    for (int by_one = 0; by_one < 2; by_one++) {
+        r.dloss = (const float *)(by_one ? d.dloss : flip);
+        double us = time_plan(rescale, &r, reps);
+        printf("  %-8s %8.1f us  %.3fx copy  (dloss %d) grid=%u\n", "rescale", us, us / copy, by_one ? 1 : -1,
+               rescale->grid);
+    }
     CUdeviceptr all[] = {d.logits, d.targets, d.grad, d.loss, d.lse, d.dloss, flip};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G.d->MemFree(all[i]);
     free(h);
