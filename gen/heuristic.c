@@ -159,10 +159,10 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     /* a held fused fp32 row takes one exponential in eight by the polynomial
      * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
      * threads a row); 16-bit and re-read rows were slower with it */
-    cfg->poly =
-        p->logits == XENT_F32 && p->op == XENT_OP_FUSED && xent_grad_capacity(cfg) >= p->c && cfg->items * cfg->vec >= 32
-            ? 8
-            : 0;
+    cfg->poly = p->logits == XENT_F32 && p->op == XENT_OP_FUSED && xent_grad_capacity(cfg) >= p->c &&
+                        cfg->items * cfg->vec >= 32
+                    ? 8
+                    : 0;
 }
 
 /* The rule the table falls back to where its cell does not fit the problem

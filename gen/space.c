@@ -104,9 +104,7 @@ static int refuse(char *why, size_t len, const char *reason) {
 /* Logits a training config holds of a row at once: its chunk over the team
  * and the cluster. A row no longer is held in registers between its sums
  * and its gradient; a longer one is taken chunk by chunk. */
-int64_t xent_grad_capacity(const xent_config *cfg) {
-    return (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split;
-}
+int64_t xent_grad_capacity(const xent_config *cfg) { return (int64_t)cfg->tpr * cfg->items * cfg->vec * cfg->split; }
 
 /* STASH: a block's slice of the row (at most c / VEC vectors, whatever the
  * row's alignment, over SPLIT blocks) past its first chunk. */
@@ -143,7 +141,8 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
     if (cfg->stash && (cfg->prefetch || cfg->tpr != cfg->block))
         return refuse(why, len, "STASH takes PREFETCH=0 and TPR == BLOCK");
-    if (cfg->flat && (cfg->tpr != cfg->block || cfg->split > 1 || cfg->prefetch || cfg->stash || cfg->evict || cfg->poly))
+    if (cfg->flat &&
+        (cfg->tpr != cfg->block || cfg->split > 1 || cfg->prefetch || cfg->stash || cfg->evict || cfg->poly))
         return refuse(why, len, "FLAT takes TPR == BLOCK, SPLIT=1, PREFETCH=0, STASH=0, EVICT=0 and POLY=0");
     return 1;
 }

@@ -1267,8 +1267,8 @@ END_TEST
  * shipped caches of $XENT_DATADIR, without a GPU. */
 typedef struct lookup_case {
     const char *gpu, *shape, *dtype;
-    int arch;           /* in the header */
-    const char *want;   /* in the lookup line */
+    int arch;         /* in the header */
+    const char *want; /* in the lookup line */
 } lookup_case;
 
 static const lookup_case lookup_cases[] = {
@@ -1302,7 +1302,8 @@ START_TEST(test_dry_run_lookup) {
                    "VEC=4 TPR=32 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1");
     expect_code(&j, 0);
     expect_in("stdout", j.out,
-              "\"lookup\": {\"config\": \"VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 ", &j);
+              "\"lookup\": {\"config\": \"VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 ",
+              &j);
     expect_in("stdout", j.out, "\"source\": \"arch\", \"cache\": \"h200\", \"note\": \"\"}", &j);
     result_free(&j);
     /* without a named GPU there is none to look up for */

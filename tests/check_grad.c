@@ -305,7 +305,7 @@ static const struct {
     {50257, 50260, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "back to back"},
     {50257, 0, XENT_F32, XENT_OP_FUSED, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "backward"},
     {6, 0, XENT_BF16, XENT_OP_BACKWARD, "VEC=8 TPR=128 BLOCK=128 ITEMS=4", "VEC classes"},
-    {40, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", ""},  /* 207 rows a tile */
+    {40, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", ""},     /* 207 rows a tile */
     {30, 0, XENT_F32, XENT_OP_BACKWARD, "VEC=4 TPR=256 BLOCK=256 ITEMS=8", "rows"}, /* 275 */
 };
 /* ... and never more rows than the problem has */
@@ -315,9 +315,10 @@ START_TEST(grad_flat_fits_few_rows) {
     p.logits = XENT_F16, p.op = XENT_OP_BACKWARD;
     xent_config c;
     char why[256] = "";
-    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1",
-                                       &c, why, sizeof why),
-                     XENT_OK);
+    ck_assert_int_eq(
+        xent_config_parse("VEC=8 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", &c, why,
+                          sizeof why),
+        XENT_OK);
     ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%s", why);
     p.n = 200;
     ck_assert(!xent_config_fits(&c, &p, why, sizeof why));
@@ -398,12 +399,12 @@ static const struct {
     xent_op op;
     int tpr, block, items, poly, flat;
 } shapes[] = {
-    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8, 8, 0},     {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16, 0, 0},
-    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16, 0, 0},     {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4, 0, 0},
-    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4, 0, 0},       {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4, 0, 0},
-    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},  {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16, 0, 0},
-    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16, 0, 0},   {50257, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 1},
-    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},  {4096, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 0},
+    {4096, XENT_F32, XENT_OP_FUSED, 128, 128, 8, 8, 0},       {4096, XENT_BF16, XENT_OP_FUSED, 32, 128, 16, 0, 0},
+    {4096, XENT_F16, XENT_OP_FUSED, 32, 128, 16, 0, 0},       {4096, XENT_BF16, XENT_OP_BACKWARD, 128, 128, 4, 0, 0},
+    {1000, XENT_F32, XENT_OP_FUSED, 64, 64, 4, 0, 0},         {1000, XENT_BF16, XENT_OP_FUSED, 32, 128, 4, 0, 0},
+    {32000, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},    {128256, XENT_BF16, XENT_OP_FUSED, 512, 512, 16, 0, 0},
+    {50257, XENT_F32, XENT_OP_FUSED, 512, 512, 16, 0, 0},     {50257, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 1},
+    {50257, XENT_BF16, XENT_OP_FUSED, 256, 256, 16, 0, 0},    {4096, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 0},
     {128256, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0, 0}, {50257, XENT_BF16, XENT_OP_BACKWARD, 512, 512, 8, 0, 0},
     {1001, XENT_F32, XENT_OP_BACKWARD, 128, 128, 8, 0, 1},
 };

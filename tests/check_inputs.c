@@ -22,9 +22,14 @@ static const struct {
     size_t count;
     int threads;
 } cases[] = {
-    {XENT_F32, 1, 4},                {XENT_F16, 1000, 3},         {XENT_BF16, CHUNK - 1, 2},
-    {XENT_F32, CHUNK, 3},            {XENT_F16, 2 * CHUNK + 5, 2}, {XENT_BF16, 3 * CHUNK + 1, 8},
-    {XENT_F32, 5 * CHUNK + 17, 32},  {XENT_F16, 2 * CHUNK, 0}, /* 0: the online CPUs */
+    {XENT_F32, 1, 4},
+    {XENT_F16, 1000, 3},
+    {XENT_BF16, CHUNK - 1, 2},
+    {XENT_F32, CHUNK, 3},
+    {XENT_F16, 2 * CHUNK + 5, 2},
+    {XENT_BF16, 3 * CHUNK + 1, 8},
+    {XENT_F32, 5 * CHUNK + 17, 32},
+    {XENT_F16, 2 * CHUNK, 0}, /* 0: the online CPUs */
 };
 
 static double value(const void *x, xent_dtype d, size_t i) {
@@ -40,8 +45,7 @@ START_TEST(fill_is_the_same_for_any_threads) {
     ck_assert(one && many && other);
     tune_fill_logits(one, n, d, 0x5eedull, 1);
     tune_fill_logits(many, n, d, 0x5eedull, cases[_i].threads);
-    ck_assert_msg(memcmp(one, many, n * size) == 0, "%zu logits differ between 1 and %d threads", n,
-                  cases[_i].threads);
+    ck_assert_msg(memcmp(one, many, n * size) == 0, "%zu logits differ between 1 and %d threads", n, cases[_i].threads);
     double sum = 0.0;
     size_t outside = 0, first = 0; /* counted, not asserted a value: an assertion costs a system call */
     for (size_t i = 0; i < n; i++) {
@@ -72,11 +76,11 @@ static const struct {
     xent_dtype dtype;
     int want_copies; /* 1: the whole gradient at once */
 } reads[] = {
-    {1024, 1000, 1000, 2, XENT_F32, 1},          /* 4 MB: whole */
-    {8192, 4096, 4096, 16, XENT_BF16, 1},        /* 64 MB: whole */
-    {4096, 8200, 8200, 8, XENT_F32, 512},        /* 134 MB: the compared rows */
-    {4100, 8192, 8200, 8, XENT_BF16, 513},       /* padded rows: c of each, rows 0, 8, ..., 4096 */
-    {40000, 1000, 1000, 1, XENT_F32, 1},         /* every row compared: whole */
+    {1024, 1000, 1000, 2, XENT_F32, 1},    /* 4 MB: whole */
+    {8192, 4096, 4096, 16, XENT_BF16, 1},  /* 64 MB: whole */
+    {4096, 8200, 8200, 8, XENT_F32, 512},  /* 134 MB: the compared rows */
+    {4100, 8192, 8200, 8, XENT_BF16, 513}, /* padded rows: c of each, rows 0, 8, ..., 4096 */
+    {40000, 1000, 1000, 1, XENT_F32, 1},   /* every row compared: whole */
 };
 
 START_TEST(read_grad_reads_the_compared_rows) {

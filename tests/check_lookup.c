@@ -19,7 +19,7 @@
 /* The shipped winner of f32 i64 mean 32768x4096, as tunecache/h200.sql has it. */
 #define H200_32768x4096 "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"
 /* and of its fused loss and gradient */
-#define H200_FUSED_32768x4096                                                                                         \
+#define H200_FUSED_32768x4096                                                                                          \
     "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=0 POLY=8 EVICT=0 STASH=0"
 
 static void make_tmpdir(void) {
@@ -372,7 +372,12 @@ static const kind_case kind_cases[] = {
      -1,
      NULL},
     {"16-bit never takes f32", "bf16", 1024, 4096, {{"", 1024, 4096, CFG_A}}, -1, NULL},
-    {"every entry unfit (a retired value): the heuristic", "", 1024, 4096, {{"none", 1024, 4096, CFG_RETIRED}}, -1,
+    {"every entry unfit (a retired value): the heuristic",
+     "",
+     1024,
+     4096,
+     {{"none", 1024, 4096, CFG_RETIRED}},
+     -1,
      "config does not parse: PERSIST: illegal value '2'"},
 };
 

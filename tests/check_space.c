@@ -58,8 +58,7 @@ START_TEST(knob_table_is_consistent) {
         snprintf(guard, sizeof guard, "#ifndef XENT_%s", k->name);
         const int fwd = k->stage == KNOB_RENDER && (k->families & KNOB_FWD);
         ck_assert_msg(!strstr(xent_template_xent_fwd, guard) == !fwd, "xent_fwd.cu and %s disagree", guard);
-        if (k->families & KNOB_GRAD)
-            ck_assert_msg(strstr(xent_template_xent_grad, guard), "xent_grad lacks %s", guard);
+        if (k->families & KNOB_GRAD) ck_assert_msg(strstr(xent_template_xent_grad, guard), "xent_grad lacks %s", guard);
     }
 }
 END_TEST

@@ -269,8 +269,8 @@ static int compile_problem(const cli *o, json *j, int i, int *failed) {
             json_int(j, "arch", offline_arch(o));
             json_array(j, "results");
         } else {
-            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, offline_arch(o), "regs", "spill",
-                   "stack", "smem", "config");
+            printf("# %s: %d candidates compiled for sm_%d\n%5s %6s %6s %6s  %s\n", what, n, offline_arch(o), "regs",
+                   "spill", "stack", "smem", "config");
         }
         for (int k = 0; k < n; k++) {
             *failed += status[k] != 0;

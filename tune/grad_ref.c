@@ -100,8 +100,8 @@ static double train_row(const train_job *jb, int64_t i, double *y) {
 
 static void train_chunk(void *arg, int64_t k, int thread) {
     train_job *jb = arg;
-    const int64_t lo = k * jb->rows_per_chunk, hi = lo + jb->rows_per_chunk < jb->p->n ? lo + jb->rows_per_chunk
-                                                                                         : jb->p->n;
+    const int64_t lo = k * jb->rows_per_chunk,
+                  hi = lo + jb->rows_per_chunk < jb->p->n ? lo + jb->rows_per_chunk : jb->p->n;
     double total = 0.0;
     for (int64_t i = lo; i < hi; i++) total += train_row(jb, i, jb->scratch + (size_t)thread * (size_t)jb->p->c);
     jb->totals[k] = total;

@@ -429,8 +429,7 @@ static int cmp_trial(const void *a, const void *b) {
  * and EVICT are its variants, timed only for the fastest structures. */
 static int same_structure(const xent_config *a, const xent_config *b) {
     return a->vec == b->vec && a->tpr == b->tpr && a->items == b->items && a->passes == b->passes &&
-           a->split == b->split && a->prefetch == b->prefetch && a->stash == b->stash &&
-           a->flat == b->flat;
+           a->split == b->split && a->prefetch == b->prefetch && a->stash == b->stash && a->flat == b->flat;
 }
 
 /* Stage 1's variant of a structure: the default cache hint, block and

@@ -817,7 +817,7 @@ START_TEST(test_sweep) {
             xent_config cfg = cfgs[k];
             cfg.split = splits[rand_below(&s, 8)];
             cfg.persist = (int)rand_below(&s, 3);
-            if (cfg.persist == 2) cfg.persist = 3; /* the schedules: 0, 1 and the balanced grid */
+            if (cfg.persist == 2) cfg.persist = 3;                   /* the schedules: 0, 1 and the balanced grid */
             if (!xent_config_legal(&cfg, d, NULL, 0)) cfg.split = 1; /* e.g. TILE takes SPLIT=1 */
             int ci = 4;
             while (ci > 0 && sweep_c[ci] != probs[k].c) ci--;

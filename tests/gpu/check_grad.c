@@ -103,8 +103,8 @@ static const gcase cases[] = {
      0.5f, 0, "VEC=8 TPR=256 BLOCK=256 ITEMS=4 SPLIT=1" ST},
     {"poly f32 in place smooth weights", 300, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, FUSED, 1, 0,
      0, 1, "VEC=4 TPR=128 BLOCK=128 ITEMS=8 SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 POLY=8"},
-    {"poly f32 cluster softcap z none", 64, 30000, 0, XENT_F32, XENT_I32, XENT_REDUCE_NONE, 0, 0, 1e-3f, 20.0f, FUSED, 0,
-     0, 0.5f, 0, "VEC=4 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2 PASSES=1 CACHE=0 TILE=0 PERSIST=0 POLY=4"},
+    {"poly f32 cluster softcap z none", 64, 30000, 0, XENT_F32, XENT_I32, XENT_REDUCE_NONE, 0, 0, 1e-3f, 20.0f, FUSED,
+     0, 0, 0.5f, 0, "VEC=4 TPR=256 BLOCK=256 ITEMS=16 SPLIT=2 PASSES=1 CACHE=0 TILE=0 PERSIST=0 POLY=4"},
     {"prefetch backward", 2500, 5000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.5f, 0,
      "VEC=4 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" PF},
     {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
@@ -125,8 +125,8 @@ static const gcase cases[] = {
 #define FL " SPLIT=1 PASSES=1 CACHE=2 TILE=0 PERSIST=0 FLAT=1"
     {"flat f32 in place offset", 300, 50257, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 1, 0, 1.5f,
      1, "VEC=4 TPR=256 BLOCK=256 ITEMS=8" FL},
-    {"flat bf16 short rows none", 1000, 333, 0, XENT_BF16, XENT_I32, XENT_REDUCE_NONE, 1, 0.1f, 0, 20.0f, BACKWARD, 0, 0,
-     0.5f, 3, "VEC=8 TPR=512 BLOCK=512 ITEMS=4" FL},
+    {"flat bf16 short rows none", 1000, 333, 0, XENT_BF16, XENT_I32, XENT_REDUCE_NONE, 1, 0.1f, 0, 20.0f, BACKWARD, 0,
+     0, 0.5f, 3, "VEC=8 TPR=512 BLOCK=512 ITEMS=4" FL},
     {"flat f16 tiny z", 5, 9, 0, XENT_F16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 1e-3f, 0, BACKWARD, 0, 0, 2.0f, 5,
      "VEC=8 TPR=128 BLOCK=128 ITEMS=4" FL},
     {"flat f32 smooth many tiles", 2048, 4099, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.2f, 0, 0, BACKWARD, 0, 0,
@@ -139,8 +139,8 @@ static const gcase cases[] = {
     {"rescale by one", 64, 2048, 0, XENT_F32, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 1.0f, 0, NULL},
     /* one factor over rows back to back: a stream (its scalar head and tail off 16 bytes);
      * padded rows, or a factor a row: a block a row */
-    {"rescale stream f16 offset", 333, 1001, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.7f, 3,
-     NULL},
+    {"rescale stream f16 offset", 333, 1001, 0, XENT_F16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.7f,
+     3, NULL},
     {"rescale stream tiny", 5, 3, 0, XENT_F32, XENT_I32, XENT_REDUCE_SUM, 0, 0, 0, 0, RESCALE, 0, 0, 2.0f, 1, NULL},
     {"rescale padded rows bf16", 100, 3333, 5, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, RESCALE, 0, 0, 0.25f,
      0, NULL},
@@ -292,8 +292,8 @@ static void run_op(const gcase *k, xent_problem p, const dev *d, xent_op op, con
     p.op = op;
     /* a case's config is for its training kernels: a backward's forward
      * (xent_fwd, or xent_grad's with z-loss or soft-capping) takes the plan's own */
-    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS && xent_problem_family(&p) == XENT_FAMILY_GRAD &&
-              (k->kind != BACKWARD || op == XENT_OP_BACKWARD);
+    int own = op != XENT_OP_RESCALE && !!k->config && k->kind != SHARDS &&
+              xent_problem_family(&p) == XENT_FAMILY_GRAD && (k->kind != BACKWARD || op == XENT_OP_BACKWARD);
     XE(own ? make_plan(k, &p, &plan) : xent_plan_get(G.ctx, &p, &plan));
     size_t off = (size_t)k->offset * esz(k->dt);
     xent_args a = {0};
@@ -595,7 +595,7 @@ int main(void) {
     const char *e = getenv("XENT_TEST_SEED");
     G.seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL);
     printf("check_grad: XENT_TEST_SEED=%llu\n", (unsigned long long)G.seed);
-    test_offset(); /* prints the subset (with test_every) once, before the cases fork */
+    test_offset();     /* prints the subset (with test_every) once, before the cases fork */
     test_selected(""); /* print the selection once, before the cases fork */
     Suite *s = suite_create("grad");
     TCase *tc = tcase_create("ops");
