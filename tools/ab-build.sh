@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
-# Build xent-example and xent-tune from git revisions (or the working tree,
-# ".") into build/variants/NAME/, for an A/B of template changes on the GPU
+# Build xent-example and xent-tune from git revisions, the working tree (".")
+# or HEAD with a patch applied (a path ending in .patch, e.g. bench/ab/*.patch)
+# into build/variants/NAME/, for an A/B of template changes on the GPU
 # machine: the `ab` stage of tools/gpu-session.sh times each build's plans,
 # interleaved, in one call, so that changes of a few microseconds are not
-# lost in the drift between calls.
+# lost in the drift between calls. AB_ALSO names more make targets under
+# build/ to copy beside them (e.g. AB_ALSO=tests/gpu/check_grad).
 #   tools/ab-build.sh base=HEAD~1 new=.
+#   AB_ALSO=tests/gpu/check_grad tools/ab-build.sh base=HEAD pdl=bench/ab/grad-pdl.patch
 set -euo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 NAME=REV|. ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 NAME=REV|.|PATCH ..." >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 out=$root/build/variants
 mkdir -p "$out"
+also=()
+for t in ${AB_ALSO:-}; do also+=("build/$t"); done
 for spec in "$@"; do
     name=${spec%%=*} rev=${spec#*=}
     [ "$name" != "$spec" ] || { echo "$0: '$spec' is not NAME=REV" >&2; exit 2; }
     tmp=$(mktemp -d)
     if [ "$rev" = . ]; then
         (cd "$root" && git ls-files -co --exclude-standard | tar -cf - -T -) | tar -x -C "$tmp"
+    elif [[ "$rev" == *.patch ]]; then
+        git -C "$root" archive HEAD | tar -x -C "$tmp"
+        (cd "$tmp" && git apply "$root/$rev")
     else
         git -C "$root" archive "$rev" | tar -x -C "$tmp"
     fi
-    make -s -C "$tmp" build/xent-example build/xent-tune >/dev/null
+    make -s -C "$tmp" build/xent-example build/xent-tune "${also[@]}" >/dev/null
     rm -rf "${out:?}/$name"
     mkdir -p "$out/$name"
     cp "$tmp/build/xent-example" "$tmp/build/xent-tune" "$out/$name/"
+    for t in "${also[@]}"; do cp "$tmp/$t" "$out/$name/"; done
     rm -rf "$tmp"
     echo "$out/$name/: $rev"
 done
