@@ -9,6 +9,7 @@
  * works in its own temporary directory; children get XENT_KERNEL_CACHE and
  * XENT_TUNECACHE pointing into it, so nothing outside it is written.
  */
+#include "gen/gen.h"
 #include "gen/space.h"
 #include "tunecache/tunecache.h"
 #include "xent.h"
@@ -475,12 +476,22 @@ START_TEST(test_version) {
         result r = RUN(forms[i]);
         expect_code(&r, 0);
         ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);
-        int a, b, c, t, end = -1;
-        ck_assert_msg(sscanf(r.out, "xent-tune %d.%d.%d (template %d)\n%n", &a, &b, &c, &t, &end) == 4 && end > 0 &&
-                          (size_t)end == r.out_len,
-                      "%s: bad version line '%s'", r.cmd, r.out);
+        int a, b, c, t, major, minor, end = -1;
+        char fwd[17], grad[17], want[32];
+        ck_assert_msg(sscanf(r.out,
+                             "xent-tune %d.%d.%d (template %d)\ntemplates xent_fwd %16[0-9a-f], xent_grad "
+                             "%16[0-9a-f]; NVRTC %d.%d\n%n",
+                             &a, &b, &c, &t, fwd, grad, &major, &minor, &end) == 8 &&
+                          end > 0 && (size_t)end == r.out_len,
+                      "%s: bad version lines '%s'", r.cmd, r.out);
         ck_assert_int_eq(a * 10000 + b * 100 + c, XENT_VERSION);
         ck_assert_int_ge(t, 1);
+        /* the stamps a tune of this build writes, and the NVRTC it compiles with */
+        ck_assert_int_eq(xent_template_hash("xent_fwd", want, sizeof want), XENT_OK);
+        ck_assert_str_eq(fwd, want);
+        ck_assert_int_eq(xent_template_hash("xent_grad", want, sizeof want), XENT_OK);
+        ck_assert_str_eq(grad, want);
+        ck_assert_int_eq(major * 100 + minor, xent_nvrtc_version());
         result_free(&r);
     }
 }

@@ -285,6 +285,18 @@ static int parse_option(cli *o, int opt, const char *arg) {
     }
 }
 
+/* The version, then what stamps the entries this build tunes (docs/cache.md): a cache made by
+ * other templates or another NVRTC is stale here. */
+static void print_version(void) {
+    char fwd[32] = "?", grad[32] = "?";
+    xent_template_hash("xent_fwd", fwd, sizeof fwd);
+    xent_template_hash("xent_grad", grad, sizeof grad);
+    const int nvrtc = xent_nvrtc_version();
+    printf("xent-tune %d.%d.%d (template %d)\n", XENT_VERSION / 10000, XENT_VERSION / 100 % 100, XENT_VERSION % 100,
+           XENT_TEMPLATE_VERSION);
+    printf("templates xent_fwd %s, xent_grad %s; NVRTC %d.%d\n", fwd, grad, nvrtc / 100, nvrtc % 100);
+}
+
 static int parse_args(cli *o, int argc, char **argv) {
     static const struct option longs[] = {{"shape", required_argument, 0, 's'},
                                           {"shapes-file", required_argument, 0, 'f'},
@@ -326,8 +338,7 @@ static int parse_args(cli *o, int argc, char **argv) {
             exit(0);
         }
         if (opt == 'V') {
-            printf("xent-tune %d.%d.%d (template %d)\n", XENT_VERSION / 10000, XENT_VERSION / 100 % 100,
-                   XENT_VERSION % 100, XENT_TEMPLATE_VERSION);
+            print_version();
             exit(0);
         }
         if (opt == '?') {
