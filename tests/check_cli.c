@@ -400,7 +400,13 @@ START_TEST(test_shapes_file_errors) {
     const char *bad = tpath("bad-shapes.txt");
     write_text(bad, "# shapes\n8x8\n\n  4x7\naxb\n16x16\n");
     r = RUN("--dry-run", "-f", bad);
-    expect_usage(&r, "bad shape 'axb'", NULL);
+    expect_usage(&r, ":5: bad shape 'axb'", bad);
+    result_free(&r);
+
+    /* A comment after a shape is a comment, not part of it. */
+    write_text(bad, "8x8 # the test's\n4x7# packed\n0x3 # no rows\n");
+    r = RUN("--dry-run", "-f", bad);
+    expect_usage(&r, ":3: bad shape '0x3'", bad);
     result_free(&r);
 
     write_text(bad, "8x8\n3x4x5\r\n");
@@ -573,8 +579,9 @@ START_TEST(test_dry_run_shapes_file) {
     static const char *const shapes[] = {"1x1", "4x7", "32768x4096", "8x50257", "1024x128"};
     const int nshapes = 5;
     const char *file = tpath("shapes.txt");
-    /* Comments, blank lines, indentation, CRLF and no final newline. */
-    write_text(file, "# benchmark shapes\n1x1\n\n   4x7\n\t# indented comment\n32768x4096\r\n8x50257  \n1024x128");
+    /* Comments (a line's or after a shape), blank lines, indentation, CRLF and no final newline. */
+    write_text(file,
+               "# benchmark shapes\n1x1\n\n   4x7\n\t# indented comment\n32768x4096\r\n8x50257  # GPT-2\n1024x128");
     result r = RUN_T(DRY_S, "--dry-run", "--shapes-file", file);
     expect_code(&r, 0);
     ck_assert_msg(r.err_len == 0, "%s wrote to stderr: %s", r.cmd, r.err);

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
             "\n"
             "problem:\n"
             "  -s, --shape NxC            rows x classes (repeatable), e.g. 32768x4096\n"
-            "  -f, --shapes-file FILE     one NxC per line ('#' comments)\n"
+            "  -f, --shapes-file FILE     one NxC per line; '#' starts a comment (a line's or a shape's)\n"
             "  -d, --dtype f32|f16|bf16   logits dtype (default f32)\n"
             "  -t, --targets i64|i32      targets dtype (default i64)\n"
             "  -r, --reduction mean|sum|none   (default mean)\n"
@@ -97,10 +97,12 @@ static int parse_shape(const char *s, int64_t *n, int64_t *c) {
     return 0;
 }
 
+#define SHAPE_FORM "expected NxC with N >= 1 and 1 <= C <= 2147483647, e.g. 32768x4096"
+
 static int add_shape(cli *o, const char *s) {
     if (o->nshapes == MAX_SHAPES) return bad_usage("more than 4096 shapes", "");
     if (parse_shape(s, &o->shapes[o->nshapes][0], &o->shapes[o->nshapes][1]))
-        return bad_usage("bad shape '%s' (expected NxC with N >= 1 and 1 <= C <= 2147483647, e.g. 32768x4096)", s);
+        return bad_usage("bad shape '%s' (" SHAPE_FORM ")", s);
     o->nshapes++;
     return 0;
 }
@@ -142,8 +144,18 @@ static int read_shapes_file(cli *o, const char *path) {
             rc = shapes_file_error(path, where);
             break;
         }
+        size_t k = strcspn(line, "#"); /* a comment runs to the end of its line */
+        while (k && (line[k - 1] == ' ' || line[k - 1] == '\t')) k--;
+        line[k] = 0;
         char *s = line + strspn(line, " \t");
-        if (*s == '#' || !*s) continue;
+        if (!*s) continue;
+        int64_t n, c;
+        if (o->nshapes < MAX_SHAPES && parse_shape(s, &n, &c)) { /* the line is named, not only the shape */
+            char what[MAX_SHAPE_LINE + 160];
+            snprintf(what, sizeof what, ":%d: bad shape '%s' (" SHAPE_FORM ")", no, s);
+            rc = shapes_file_error(path, what);
+            break;
+        }
         rc = add_shape(o, s);
     }
     if (!rc && ferror(f)) rc = shapes_file_error(path, ": cannot be read");

@@ -28,8 +28,11 @@ static int expected(const char *text, size_t size, int64_t (*want)[2], int cap) 
         if (keep > MAX_SHAPE_LINE) return -1;
         memcpy(buf, line, keep);
         buf[keep] = 0;
+        size_t k = strcspn(buf, "#"); /* a comment runs to the end of its line */
+        while (k && (buf[k - 1] == ' ' || buf[k - 1] == '\t')) k--;
+        buf[k] = 0;
         char *s = buf + strspn(buf, " \t");
-        if (*s && *s != '#') {
+        if (*s) {
             if (count == cap || parse_shape(s, &want[count][0], &want[count][1])) return -1;
             count++;
         }
