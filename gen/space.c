@@ -475,6 +475,19 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     return 1;
 }
 
+int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len) {
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90)
+        return refuse(why, len, "SPLIT > 1 (a cluster of blocks) needs sm_90 or later");
+    return 1;
+}
+
+size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (xent_config_arch_fits(&cfgs[i], p, arch, NULL, 0)) cfgs[kept++] = cfgs[i];
+    return kept;
+}
+
 int xent_config_carries(const xent_config *cfg, int64_t c_from, const xent_problem *p) {
     if (xent_problem_family(p) != XENT_FAMILY_GRAD || cfg->flat) return 1; /* a flat tile holds no row */
     const int64_t cap = xent_grad_capacity(cfg);

@@ -92,9 +92,14 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
  * (xent_config_legal), and within the shared memory of a tile and the split
  * workspace; a legal config tuned for another shape may not. */
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len);
+/* Nonzero when cfg's kernel compiles for sm_<arch>: clusters (xent_grad's
+ * SPLIT > 1) need sm_90 or later. */
+int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len);
+/* cfgs[0..n) less those sm_<arch> cannot run, in order; returns how many remain. */
+size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
- * group a round) when `resident` blocks fit the GPU at once: PERSIST 1 and 2
- * fill the GPU; PERSIST=3 keeps the rounds of 1 but the fewest blocks that
+ * group a round) when `resident` blocks fit the GPU at once: PERSIST=1
+ * fills the GPU; PERSIST=3 keeps the rounds of 1 but the fewest blocks that
  * need them, so that no block has a last round the others lack (8192 groups
  * over 528 resident: 512 blocks of 16 rounds, not 528 of which half run a
  * 16th); PERSIST=0 launches every group, but for groups of more than one

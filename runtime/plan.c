@@ -164,7 +164,7 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
                     xent_plan **out) {
     char why[256];
     *out = NULL;
-    if (!xent_config_fits(cfg, p, why, sizeof why))
+    if (!xent_config_fits(cfg, p, why, sizeof why) || !xent_config_arch_fits(cfg, p, ctx->arch, why, sizeof why))
         return xent_fail(ctx, XENT_EINVAL, "configuration unusable here: %s", why);
     xent_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return XENT_ENOMEM;

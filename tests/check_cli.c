@@ -742,6 +742,9 @@ START_TEST(test_config_option) {
     USAGE("--config 'VEC=3': VEC: illegal value '3'", NULL, "--dry-run", "-s", "8x8", "--config", "VEC=3");
     USAGE("cannot run 32768x4096 f32 i64 mean", "POLY takes 16-bit logits", "--dry-run", "-s", "32768x4096", "--config",
           "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3 POLY=8");
+    USAGE("cannot run 64x262144 f32 i64 mean fused", "SPLIT > 1 (a cluster of blocks) needs sm_90", "--dry-run", "-a",
+          "sm_80", "--op", "fused", "-s", "64x262144", "--config",
+          "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=4 PERSIST=0");
     USAGE("PERSIST: illegal value '2'", NULL, "--dry-run", "-s", "8x8", "--config",
           "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=2 PERSIST=2");
     USAGE("--config and --exhaustive exclude each other", NULL, "-s", "8x8", "--config", a, "--exhaustive");

@@ -378,6 +378,41 @@ START_TEST(grad_stash_fits) {
 }
 END_TEST
 
+/* Clusters (xent_grad SPLIT > 1) need sm_90: refused below it, and left out
+ * of the space enumerated for it; the forward's split rows take no cluster. */
+static const struct {
+    xent_op op;
+    int split, arch, fits;
+} arch_cases[] = {
+    {XENT_OP_FUSED, 4, 80, 0}, {XENT_OP_FUSED, 4, 89, 0},    {XENT_OP_FUSED, 4, 90, 1},
+    {XENT_OP_FUSED, 1, 80, 1}, {XENT_OP_BACKWARD, 8, 86, 0}, {XENT_OP_FORWARD, 32, 80, 1},
+};
+
+START_TEST(grad_clusters_need_sm90) {
+    xent_problem p;
+    xent_problem_init(&p, 8, 1000000);
+    p.op = arch_cases[_i].op;
+    xent_config c;
+    char text[160], why[256] = "";
+    snprintf(text, sizeof text, "VEC=4 TPR=512 BLOCK=512 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=%d PERSIST=%d",
+             arch_cases[_i].split, p.op == XENT_OP_FORWARD ? 1 : 0);
+    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
+    ck_assert_int_eq(xent_config_arch_fits(&c, &p, arch_cases[_i].arch, why, sizeof why), arch_cases[_i].fits);
+    if (!arch_cases[_i].fits) ck_assert_msg(strstr(why, "sm_90"), "'%s' lacks 'sm_90'", why);
+    if (p.op == XENT_OP_FORWARD) return;
+    size_t n = xent_space_enumerate(p.logits, &p, 132, NULL, 0);
+    xent_config *all = calloc(n, sizeof *all);
+    xent_space_enumerate(p.logits, &p, 132, all, n);
+    size_t clusters = 0;
+    for (size_t i = 0; i < n; i++) clusters += all[i].split > 1;
+    if (p.op == XENT_OP_FUSED) ck_assert_uint_gt(clusters, 0); /* rows past what a block holds */
+    size_t kept = xent_space_for_arch(all, n, &p, arch_cases[_i].arch);
+    ck_assert_uint_eq(kept, arch_cases[_i].arch >= 90 ? n : n - clusters);
+    for (size_t i = 0; i < kept; i++) ck_assert(arch_cases[_i].arch >= 90 || all[i].split == 1);
+    free(all);
+}
+END_TEST
+
 START_TEST(grad_legality) {
     xent_config c;
     char why[256] = "";
@@ -440,6 +475,7 @@ int main(void) {
     tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
+    tcase_add_loop_test(tc, grad_clusters_need_sm90, 0, (int)(sizeof arch_cases / sizeof arch_cases[0]));
     tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
     tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
     tcase_add_test(tc, grad_flat_fits_few_rows);

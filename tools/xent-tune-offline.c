@@ -71,7 +71,8 @@ static int offline_arch(const cli *o) {
 int check_given(const cli *o, const xent_problem *p) {
     char why[256], cfg[200], what[160];
     for (int k = 0; k < o->ngiven; k++)
-        if (!xent_config_fits(&o->given[k], p, why, sizeof why)) {
+        if (!xent_config_fits(&o->given[k], p, why, sizeof why) ||
+            !xent_config_arch_fits(&o->given[k], p, offline_arch(o), why, sizeof why)) {
             xent_config_format(&o->given[k], cfg, sizeof cfg);
             describe_problem(p, what, sizeof what);
             fprintf(stderr, "%s: --config '%s' cannot run %s: %s\nTry '%s --help'.\n", PROG, cfg, what, why, PROG);
@@ -95,7 +96,7 @@ static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
     *out = calloc(n + 1, sizeof **out);
     if (!*out) return -1;
     xent_space_enumerate(p->logits, p, sms, *out, n);
-    return (int)n;
+    return (int)xent_space_for_arch(*out, n, p, offline_arch(o));
 }
 
 /* The heuristic's config for p, offline (the SM count of --gpu, else an H200's). */

@@ -524,6 +524,7 @@ static int search_all(search *s, xent_tune_result *r) {
         return XENT_ENOMEM;
     }
     xent_space_enumerate(p->logits, p, s->ctx->info.sm_count, all, nall);
+    nall = xent_space_for_arch(all, nall, p, s->ctx->arch);
     r->candidates = (int)nall;
     s->total = (int)nall;
     int rc = seed_lookup(s);
