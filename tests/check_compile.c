@@ -4,7 +4,8 @@
  * 16 cores); by default a stated sample: every 24th fp32 config, every 48th
  * fp16 and bf16 config, every TILE config, every 96th fp32 and 128th bf16 config
  * for short rows (c compiled in: XENT_C), the heuristic's config for the
- * benchmark shapes, and the configs the GPU sweep once found spilling. */
+ * benchmark shapes (and, slow, for sm_80 to sm_120), and the configs the GPU
+ * sweep once found spilling. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,45 @@ START_TEST(heuristic_configs_compile) {
             xent_config_heuristic(&p, 132, &c);
             compile_and_check(&c, 1, &p);
         }
+}
+END_TEST
+
+/* The heuristic's plans compile for the other architectures the library
+ * builds for (NVRTC targets the GPU at hand): Ampere, Ada, Blackwell. The
+ * forward of long rows, split rows and short rows, each dtype; the training
+ * family's fused, backward and rescale kernels. */
+static const int other_archs[] = {80, 86, 89, 100, 120};
+
+START_TEST(heuristic_configs_compile_elsewhere) {
+    static const struct {
+        long long n, c;
+        xent_dtype d;
+        xent_op op;
+    } plans[] = {
+        {32768, 4096, XENT_F32, XENT_OP_FORWARD},   {32768, 4096, XENT_BF16, XENT_OP_FORWARD},
+        {7, 1000003, XENT_F32, XENT_OP_FORWARD},    {1048576, 10, XENT_F16, XENT_OP_FORWARD},
+        {32768, 4096, XENT_BF16, XENT_OP_FUSED},    {16384, 50257, XENT_F32, XENT_OP_FUSED},
+        {16384, 50257, XENT_F32, XENT_OP_BACKWARD}, {4096, 4096, XENT_BF16, XENT_OP_RESCALE},
+    };
+    const int n = (int)(sizeof plans / sizeof plans[0]);
+    xent_config cfgs[sizeof plans / sizeof plans[0]];
+    xent_problem probs[sizeof plans / sizeof plans[0]];
+    for (int i = 0; i < n; i++) {
+        xent_problem_init(&probs[i], plans[i].n, plans[i].c);
+        probs[i].logits = plans[i].d;
+        probs[i].op = plans[i].op;
+        xent_config_heuristic(&probs[i], 132, &cfgs[i]);
+    }
+    int status[sizeof plans / sizeof plans[0]];
+    xent_cubin bins[sizeof plans / sizeof plans[0]];
+    char errs[sizeof plans / sizeof plans[0]][512];
+    xent_compile_many(cfgs, n, probs, n, other_archs[_i], cpus(), status, bins, errs);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(status[i] == XENT_OK, "sm_%d, %lldx%lld op %d: %s", other_archs[_i], plans[i].n, plans[i].c,
+                      plans[i].op, errs[i]);
+        ck_assert_msg(bins[i].size > 1000, "sm_%d: CUBIN of %zu bytes", other_archs[_i], bins[i].size);
+        xent_cubin_free(&bins[i]);
+    }
 }
 END_TEST
 
@@ -342,7 +382,7 @@ static xent_problem small_problem(void) {
     return p;
 }
 
-static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0, 0, 0};
+static const xent_config small_cfg = {4, 8, 128, 4, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0};
 
 START_TEST(kernel_cache_memory_and_disk) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
@@ -515,6 +555,7 @@ int main(void) {
     tcase_set_timeout(sl, getenv("XENT_COMPILE_ALL") ? 7200 : 900);
     tcase_set_tags(sl, "slow");
     tcase_add_test(sl, poly_configs_compile);
+    tcase_add_loop_test(sl, heuristic_configs_compile_elsewhere, 0, (int)(sizeof other_archs / sizeof other_archs[0]));
     tcase_add_test(sl, sample_f32);
     tcase_add_test(sl, sample_f16);
     tcase_add_test(sl, sample_bf16);
