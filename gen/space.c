@@ -475,10 +475,40 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     return 1;
 }
 
+size_t xent_arch_smem(int arch) {
+    switch (arch) {
+    case 75: return 64 * 1024;
+    case 70:
+    case 72: return 96 * 1024;
+    case 80:
+    case 87: return 163 * 1024;
+    case 90:
+    case 100:
+    case 103: return 227 * 1024;
+    default: return 99 * 1024; /* sm_86, sm_89, sm_120 */
+    }
+}
+
+/* A launch's dynamic shared memory on sm_<arch>, leaving the kernel's static
+ * shared memory (its reductions' scratch, under 1 KB) room beside it. */
+static size_t arch_dynamic_smem(int arch) { return xent_arch_smem(arch) - 1024; }
+
 int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90)
         return refuse(why, len, "SPLIT > 1 (a cluster of blocks) needs sm_90 or later");
+    if (xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
+        if (why && len)
+            snprintf(why, len, "%s needs %zu bytes of shared memory, more than a block of sm_%d may have",
+                     cfg->stash ? "STASH" : "TILE", xent_config_smem(cfg, p), arch);
+        return 0;
+    }
     return 1;
+}
+
+void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
+    if (!cfg->stash || xent_config_smem(cfg, p) <= arch_dynamic_smem(arch)) return;
+    cfg->stash = 0;
+    cfg->evict = xent_config_reads_twice(cfg, p);
 }
 
 size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch) {

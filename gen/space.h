@@ -92,11 +92,19 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
  * (xent_config_legal), and within the shared memory of a tile and the split
  * workspace; a legal config tuned for another shape may not. */
 int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, size_t len);
-/* Nonzero when cfg's kernel compiles for sm_<arch>: clusters (xent_grad's
- * SPLIT > 1) need sm_90 or later. */
+/* The shared memory a block may opt in to on sm_<arch>, by CUDA's limits
+ * per architecture (99 KB for one it does not know). */
+size_t xent_arch_smem(int arch);
+/* Nonzero when cfg's kernel runs on sm_<arch>: clusters (xent_grad's
+ * SPLIT > 1) need sm_90 or later, and a launch's dynamic shared memory (a
+ * stash, a tile) must fit what a block of that architecture may have. */
 int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len);
 /* cfgs[0..n) less those sm_<arch> cannot run, in order; returns how many remain. */
 size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch);
+/* A config a lookup found (tuned on another GPU, or the heuristic's) made to
+ * run on sm_<arch>: a stash its shared memory cannot hold gives way to
+ * reading the row twice, with the L2 priorities such rows take (EVICT). */
+void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
  * group a round) when `resident` blocks fit the GPU at once: PERSIST=1
  * fills the GPU; PERSIST=3 keeps the rounds of 1 but the fewest blocks that

@@ -152,10 +152,12 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
         if (a->n != key->n || a->c != key->c || a->options != key->options)
             xent_config_fit_rows(cfg, a->n, p, key->sm_count);
+        xent_config_for_arch(cfg, p, key->arch);
         return a->from;
     }
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);
+    xent_config_for_arch(cfg, p, key->arch);
     return XENT_SOURCE_HEURISTIC;
 }
 

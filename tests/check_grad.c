@@ -413,6 +413,36 @@ START_TEST(grad_clusters_need_sm90) {
 }
 END_TEST
 
+/* A launch's shared memory must fit what a block of the architecture may
+ * have: the 125 KB stash of 8192x128256 bf16 on sm_80 and sm_90, not sm_89;
+ * a lookup's or the heuristic's stash gives way to a second read there. */
+static const struct {
+    int arch;
+    size_t smem;
+    int fits;
+} smem_cases[] = {{80, 163 * 1024, 1}, {86, 99 * 1024, 0},   {89, 99 * 1024, 0},
+                  {90, 227 * 1024, 1}, {100, 227 * 1024, 1}, {120, 99 * 1024, 0}};
+
+START_TEST(grad_stash_needs_shared_memory) {
+    ck_assert_uint_eq(xent_arch_smem(smem_cases[_i].arch), smem_cases[_i].smem);
+    xent_problem p;
+    xent_problem_init(&p, 8192, 128256);
+    p.logits = XENT_BF16, p.op = XENT_OP_FUSED;
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
+                                       "STASH=1",
+                                       &c, why, sizeof why),
+                     XENT_OK);
+    ck_assert_int_eq(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, why, sizeof why), smem_cases[_i].fits);
+    if (!smem_cases[_i].fits) ck_assert_msg(strstr(why, "STASH needs"), "'%s' lacks 'STASH needs'", why);
+    xent_config_for_arch(&c, &p, smem_cases[_i].arch);
+    ck_assert_int_eq(c.stash, smem_cases[_i].fits);
+    ck_assert_int_eq(c.evict, !smem_cases[_i].fits); /* read twice: L2 priorities */
+    ck_assert(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, NULL, 0));
+}
+END_TEST
+
 START_TEST(grad_legality) {
     xent_config c;
     char why[256] = "";
@@ -476,6 +506,7 @@ int main(void) {
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
     tcase_add_loop_test(tc, grad_clusters_need_sm90, 0, (int)(sizeof arch_cases / sizeof arch_cases[0]));
+    tcase_add_loop_test(tc, grad_stash_needs_shared_memory, 0, (int)(sizeof smem_cases / sizeof smem_cases[0]));
     tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
     tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
     tcase_add_test(tc, grad_flat_fits_few_rows);

@@ -99,10 +99,11 @@ static int candidates(const cli *o, const xent_problem *p, xent_config **out) {
     return (int)xent_space_for_arch(*out, n, p, offline_arch(o));
 }
 
-/* The heuristic's config for p, offline (the SM count of --gpu, else an H200's). */
+/* The heuristic's config for p, offline (the SM count and architecture of --gpu, else an H200's). */
 static void heuristic_text(const cli *o, const xent_problem *p, char *buf, size_t len) {
     xent_config h;
     xent_config_heuristic(p, offline_sm_count(o), &h);
+    xent_config_for_arch(&h, p, offline_arch(o));
     xent_config_format(&h, buf, len);
 }
 

@@ -576,6 +576,7 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
     if (!rc) rc = bufs.grad ? time_copy_floor(&s.t, &r->floor_us) : time_floor(&s.t, &r->floor_us);
     if (!rc) {
         xent_config_heuristic(&p, ctx->info.sm_count, &r->heuristic.config);
+        xent_config_for_arch(&r->heuristic.config, &p, ctx->arch);
         evaluate(&s.t, &p, &r->heuristic, 0, NULL, 0);
         if (r->heuristic.status == TRIAL_OK) s.best_us = r->heuristic.us;
         rc = search_all(&s, r);
