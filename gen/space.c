@@ -494,8 +494,13 @@ size_t xent_arch_smem(int arch) {
 static size_t arch_dynamic_smem(int arch) { return xent_arch_smem(arch) - 1024; }
 
 int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len) {
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90)
+    const int grad = xent_problem_family(p) == XENT_FAMILY_GRAD;
+    if (grad && cfg->split > 1 && arch < 90)
         return refuse(why, len, "SPLIT > 1 (a cluster of blocks) needs sm_90 or later");
+    /* PTX's packed conversions and L2 cache policies came with sm_80 */
+    if (grad && p->logits != XENT_F32 && arch < 80)
+        return refuse(why, len, "the training kernels of 16-bit logits need sm_80 or later");
+    if (grad && cfg->evict && arch < 80) return refuse(why, len, "EVICT (L2 cache policies) needs sm_80 or later");
     if (xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
         if (why && len)
             snprintf(why, len, "%s needs %zu bytes of shared memory, more than a block of sm_%d may have",
@@ -506,9 +511,11 @@ int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arc
 }
 
 void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
-    if (!cfg->stash || xent_config_smem(cfg, p) <= arch_dynamic_smem(arch)) return;
-    cfg->stash = 0;
-    cfg->evict = xent_config_reads_twice(cfg, p);
+    if (cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
+        cfg->stash = 0;
+        cfg->evict = xent_config_reads_twice(cfg, p);
+    }
+    if (arch < 80) cfg->evict = 0; /* a hint its loads can do without */
 }
 
 size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch) {

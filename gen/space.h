@@ -96,14 +96,16 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
  * per architecture (99 KB for one it does not know). */
 size_t xent_arch_smem(int arch);
 /* Nonzero when cfg's kernel runs on sm_<arch>: clusters (xent_grad's
- * SPLIT > 1) need sm_90 or later, and a launch's dynamic shared memory (a
- * stash, a tile) must fit what a block of that architecture may have. */
+ * SPLIT > 1) need sm_90 or later, xent_grad's kernels of 16-bit logits and
+ * its EVICT sm_80 or later, and a launch's dynamic shared memory (a stash, a
+ * tile) must fit what a block of that architecture may have. */
 int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arch, char *why, size_t len);
 /* cfgs[0..n) less those sm_<arch> cannot run, in order; returns how many remain. */
 size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch);
 /* A config a lookup found (tuned on another GPU, or the heuristic's) made to
  * run on sm_<arch>: a stash its shared memory cannot hold gives way to
- * reading the row twice, with the L2 priorities such rows take (EVICT). */
+ * reading the row twice, with the L2 priorities such rows take (EVICT),
+ * which sm_75 does without. */
 void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
  * group a round) when `resident` blocks fit the GPU at once: PERSIST=1

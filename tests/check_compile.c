@@ -164,11 +164,13 @@ START_TEST(heuristic_configs_compile) {
 }
 END_TEST
 
-/* The heuristic's plans compile for the other architectures the library
- * builds for (NVRTC targets the GPU at hand): Ampere, Ada, Blackwell. The
- * forward of long rows, split rows and short rows, each dtype; the training
- * family's fused, backward and rescale kernels. */
-static const int other_archs[] = {80, 86, 89, 100, 120};
+/* The heuristic's plans, fitted to the architecture as the runtime fits
+ * them, compile for the other architectures the library builds for (NVRTC
+ * targets the GPU at hand): Turing, Ampere, Ada, Blackwell. The forward of
+ * long rows, split rows and short rows, each dtype; the training family's
+ * fused, backward and rescale kernels, but for 16-bit logits on Turing,
+ * which the space refuses (xent_config_arch_fits). */
+static const int other_archs[] = {75, 80, 86, 89, 100, 120};
 
 START_TEST(heuristic_configs_compile_elsewhere) {
     static const struct {
@@ -189,12 +191,20 @@ START_TEST(heuristic_configs_compile_elsewhere) {
         probs[i].logits = plans[i].d;
         probs[i].op = plans[i].op;
         xent_config_heuristic(&probs[i], 132, &cfgs[i]);
+        xent_config_for_arch(&cfgs[i], &probs[i], other_archs[_i]);
     }
     int status[sizeof plans / sizeof plans[0]];
     xent_cubin bins[sizeof plans / sizeof plans[0]];
     char errs[sizeof plans / sizeof plans[0]][512];
+    memset(bins, 0, sizeof bins);
     xent_compile_many(cfgs, n, probs, n, other_archs[_i], cpus(), status, bins, errs);
     for (int i = 0; i < n; i++) {
+        const int refused = !xent_config_arch_fits(&cfgs[i], &probs[i], other_archs[_i], NULL, 0);
+        ck_assert_int_eq(refused, other_archs[_i] < 80 && plans[i].op != XENT_OP_FORWARD && plans[i].d != XENT_F32);
+        if (refused) {
+            xent_cubin_free(&bins[i]);
+            continue;
+        }
         ck_assert_msg(status[i] == XENT_OK, "sm_%d, %lldx%lld op %d: %s", other_archs[_i], plans[i].n, plans[i].c,
                       plans[i].op, errs[i]);
         ck_assert_msg(bins[i].size > 1000, "sm_%d: CUBIN of %zu bytes", other_archs[_i], bins[i].size);

@@ -443,6 +443,36 @@ START_TEST(grad_stash_needs_shared_memory) {
 }
 END_TEST
 
+/* Turing (sm_75) lacks PTX's packed 16-bit conversions and L2 cache
+ * policies: xent_grad's kernels of 16-bit logits are refused there, and
+ * EVICT, a hint, is dropped from a lookup's config and refused in a given one. */
+static const struct {
+    xent_dtype d;
+    int arch, evict;
+    const char *why; /* NULL: fits */
+} turing_cases[] = {
+    {XENT_F32, 75, 1, "EVICT"},   {XENT_F32, 75, 0, NULL},  {XENT_F16, 75, 0, "16-bit"},
+    {XENT_BF16, 75, 0, "16-bit"}, {XENT_BF16, 80, 1, NULL}, {XENT_F32, 80, 1, NULL},
+};
+
+START_TEST(grad_turing) {
+    xent_problem p;
+    xent_problem_init(&p, 16384, 50257);
+    p.logits = turing_cases[_i].d, p.op = XENT_OP_FUSED;
+    xent_config c;
+    char text[160], why[256] = "";
+    snprintf(text, sizeof text, "VEC=%d TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=%d",
+             p.logits == XENT_F32 ? 4 : 8, turing_cases[_i].evict);
+    ck_assert_int_eq(xent_config_parse(text, &c, why, sizeof why), XENT_OK);
+    const int fits = xent_config_arch_fits(&c, &p, turing_cases[_i].arch, why, sizeof why);
+    ck_assert_int_eq(fits, turing_cases[_i].why == NULL);
+    if (!fits) ck_assert_msg(strstr(why, turing_cases[_i].why), "'%s' lacks '%s'", why, turing_cases[_i].why);
+    xent_config_for_arch(&c, &p, turing_cases[_i].arch);
+    ck_assert_int_eq(c.evict, turing_cases[_i].arch >= 80 && turing_cases[_i].evict);
+    if (p.logits == XENT_F32) ck_assert(xent_config_arch_fits(&c, &p, turing_cases[_i].arch, NULL, 0));
+}
+END_TEST
+
 START_TEST(grad_legality) {
     xent_config c;
     char why[256] = "";
@@ -507,6 +537,7 @@ int main(void) {
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
     tcase_add_loop_test(tc, grad_clusters_need_sm90, 0, (int)(sizeof arch_cases / sizeof arch_cases[0]));
     tcase_add_loop_test(tc, grad_stash_needs_shared_memory, 0, (int)(sizeof smem_cases / sizeof smem_cases[0]));
+    tcase_add_loop_test(tc, grad_turing, 0, (int)(sizeof turing_cases / sizeof turing_cases[0]));
     tcase_add_loop_test(tc, grad_stash_fits, 0, (int)(sizeof stashes / sizeof stashes[0]));
     tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
     tcase_add_test(tc, grad_flat_fits_few_rows);
