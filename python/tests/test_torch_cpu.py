@@ -74,7 +74,7 @@ def test_cpu_tensor_is_value_error():
     (lambda x, t: (x, t.float()), TypeError, "int64"),
     (lambda x, t: (x[0], t), ValueError, "0-d target"),
     (lambda x, t: (x.unsqueeze(0), t), ValueError, "classes last"),
-    (lambda x, t: (x[0, 0], t[0]), ValueError, "2-D"),
+    (lambda x, t: (x[0, 0], t[0]), ValueError, r"\[C\], \[N, C\] or"),
     (lambda x, t: (x, t[:-1]), ValueError, "N = 6"),
     (lambda x, t: (x, t.view(2, 3)), ValueError, "1-D"),
     (lambda x, t: (x.t(), torch.zeros(10, dtype=torch.long, device=x.device)), ValueError, "stride"),

@@ -489,7 +489,9 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     the same graph (retain_graph=True) is not supported.
     """
     opts = (weight, ignore_index, reduction, label_smoothing, z_loss, softcap, return_lse, inplace_backward)
-    if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.dim() not in (0, 2):
+    if isinstance(input, torch.Tensor) and input.dim() == 0:
+        raise ValueError("xent: input must be [C], [N, C] or [N, C, d1, ...] logits (got a 0-d tensor)")
+    if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor) and input.dim() != 2:
         x, t, shape = _as_rows(input, target, inplace_backward)
         out = _cross_entropy_rows(x, t, *opts)
         loss, lse = out if return_lse else (out, None)
