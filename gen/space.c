@@ -510,12 +510,18 @@ int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arc
     return 1;
 }
 
-void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
+const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
+    const char *what = "";
     if (cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
         cfg->stash = 0;
         cfg->evict = xent_config_reads_twice(cfg, p);
+        what = "no stash (its shared memory): the row read twice";
     }
-    if (arch < 80) cfg->evict = 0; /* a hint its loads can do without */
+    if (arch < 80 && cfg->evict) { /* a hint its loads can do without */
+        cfg->evict = 0;
+        what = *what ? "no stash (its shared memory), no EVICT (L2 cache policies)" : "no EVICT (L2 cache policies)";
+    }
+    return what;
 }
 
 size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, int arch) {

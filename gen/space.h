@@ -106,7 +106,8 @@ size_t xent_space_for_arch(xent_config *cfgs, size_t n, const xent_problem *p, i
  * run on sm_<arch>: a stash its shared memory cannot hold gives way to
  * reading the row twice, with the L2 priorities such rows take (EVICT),
  * which sm_75 does without. */
-void xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch);
+/* Returns what it changed ("" when nothing), for the plan's note. */
+const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch);
 /* Blocks of a launch with `groups` item groups (a block's teams take one
  * group a round) when `resident` blocks fit the GPU at once: PERSIST=1
  * fills the GPU; PERSIST=3 keeps the rounds of 1 but the fewest blocks that

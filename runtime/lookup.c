@@ -142,6 +142,12 @@ static int usable(void *arg, const tc_entry *e, int64_t n, int64_t c, char *why,
     return 1;
 }
 
+/* The config made to run on sm_<arch>, and the plan's note saying what that took. */
+static void fit_arch(xent_config *cfg, const xent_problem *p, int arch, tc_answer *a) {
+    const char *what = xent_config_for_arch(cfg, p, arch);
+    if (*what) tc_note_add(a, "fitted to sm_%d: %s", arch, what);
+}
+
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a) {
     fit_arg f = {p, cfg};
@@ -152,12 +158,12 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
         if (a->n != key->n || a->c != key->c || a->options != key->options)
             xent_config_fit_rows(cfg, a->n, p, key->sm_count);
-        xent_config_for_arch(cfg, p, key->arch);
+        fit_arch(cfg, p, key->arch, a);
         return a->from;
     }
     a->cache[0] = '\0';
     xent_config_heuristic(p, key->sm_count, cfg);
-    xent_config_for_arch(cfg, p, key->arch);
+    fit_arch(cfg, p, key->arch, a);
     return XENT_SOURCE_HEURISTIC;
 }
 

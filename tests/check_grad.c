@@ -436,7 +436,8 @@ START_TEST(grad_stash_needs_shared_memory) {
                      XENT_OK);
     ck_assert_int_eq(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, why, sizeof why), smem_cases[_i].fits);
     if (!smem_cases[_i].fits) ck_assert_msg(strstr(why, "STASH needs"), "'%s' lacks 'STASH needs'", why);
-    xent_config_for_arch(&c, &p, smem_cases[_i].arch);
+    const char *what = xent_config_for_arch(&c, &p, smem_cases[_i].arch);
+    ck_assert_int_eq(*what != 0, !smem_cases[_i].fits); /* the plan's note says what it took */
     ck_assert_int_eq(c.stash, smem_cases[_i].fits);
     ck_assert_int_eq(c.evict, !smem_cases[_i].fits); /* read twice: L2 priorities */
     ck_assert(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, NULL, 0));

@@ -106,7 +106,8 @@ static const lookup_case cases[] = {
     /* a stash past what a block of the GPU may have gives way to a second read (99 KB on
      * sm_89, 163 KB on sm_80: the heuristic's 125 KB for 8192x128256 bf16 fits the second) */
     {"l40s: no stash past its shared memory", "l40s", 89, 142, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "",
-     "VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1", NULL, "bf16 fused"},
+     "VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1",
+     "fitted to sm_89: no stash (its shared memory): the row read twice", "bf16 fused"},
     {"a100 keeps the stash", "a100", 80, 108, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL,
      "bf16 fused"},
     {"h200 stale", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,

@@ -182,8 +182,7 @@ typedef struct level {
 /* How many passed-over entries of one level are described; the rest are counted. */
 #define NOTED_PER_LEVEL 2
 
-static void note_add(tc_answer *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note_add(tc_answer *a, const char *fmt, ...) {
+void tc_note_add(tc_answer *a, const char *fmt, ...) {
     size_t used = strlen(a->note);
     if (used + 3 >= sizeof a->note) return;
     if (used) used += (size_t)snprintf(a->note + used, sizeof a->note - used, "; ");
@@ -225,20 +224,20 @@ static int pick(const level *lv, const tc_stores *s, const tc_key *key, const ca
             if (c->kd) {
                 char kind[96];
                 tc_kind_text(&c->k, kind, sizeof kind);
-                note_add(a, "answered by %s %lldx%lld %s (another kind)", name, (long long)c->k.n, (long long)c->k.c,
-                         kind);
+                tc_note_add(a, "answered by %s %lldx%lld %s (another kind)", name, (long long)c->k.n, (long long)c->k.c,
+                            kind);
             }
             break;
         }
         if (++passed <= NOTED_PER_LEVEL) {
             kind[0] = '\0';
             if (c->kd) tc_kind_text(&c->k, kind + 1, sizeof kind - 1), kind[0] = ' ';
-            note_add(a, "%s %lldx%lld%s%s: %s", name, (long long)c->k.n, (long long)c->k.c, kind,
-                     suffix[lv->from] ? suffix[lv->from] : "", why);
+            tc_note_add(a, "%s %lldx%lld%s%s: %s", name, (long long)c->k.n, (long long)c->k.c, kind,
+                        suffix[lv->from] ? suffix[lv->from] : "", why);
         }
     }
     if (passed > NOTED_PER_LEVEL)
-        note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from] ? suffix[lv->from] : "");
+        tc_note_add(a, "%zu more%s passed over", passed - NOTED_PER_LEVEL, suffix[lv->from] ? suffix[lv->from] : "");
     return a->from == lv->from;
 }
 
@@ -250,7 +249,7 @@ static int try_level(const level *lv, const tc_stores *s, const tc_key *key, tc_
         if (!lv->db[i]) continue;
         int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, lv->any_kind, i, &cs);
         if (rc != XENT_OK) {
-            note_add(a, "%s", tc_errmsg(lv->db[i]));
+            tc_note_add(a, "%s", tc_errmsg(lv->db[i]));
             if (*err == XENT_ENOTFOUND) *err = rc;
         }
     }

@@ -137,6 +137,9 @@ typedef struct tc_answer {
  * a store's error (XENT_ECACHE) when nothing answered and a store failed. */
 int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a);
 
+/* Append "; " and the formatted text to a's note (what fits of it). */
+void tc_note_add(tc_answer *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* "i64 mean weights lse": the problem kind of a key, for notes. */
 void tc_kind_text(const tc_key *k, char *buf, size_t len);
 
