@@ -501,10 +501,11 @@ int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arc
     if (grad && p->logits != XENT_F32 && arch < 80)
         return refuse(why, len, "the training kernels of 16-bit logits need sm_80 or later");
     if (grad && cfg->evict && arch < 80) return refuse(why, len, "EVICT (L2 cache policies) needs sm_80 or later");
-    if (xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
+    const size_t smem = xent_config_smem(cfg, p);
+    if (smem > arch_dynamic_smem(arch)) {
         if (why && len)
             snprintf(why, len, "%s needs %zu bytes of shared memory, more than a block of sm_%d may have",
-                     cfg->stash ? "STASH" : "TILE", xent_config_smem(cfg, p), arch);
+                     cfg->stash ? "STASH" : "TILE", smem, arch);
         return 0;
     }
     return 1;

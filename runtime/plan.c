@@ -36,7 +36,6 @@ static xent_source choose_config(xent_context *ctx, const xent_problem *p, xent_
     if (p->op == XENT_OP_COMBINE || p->op == XENT_OP_RESCALE) { /* fixed kernels, nothing to tune */
         memset(a, 0, sizeof *a);
         xent_config_heuristic(p, ctx->info.sm_count, cfg);
-        xent_config_for_arch(cfg, p, ctx->arch);
         return XENT_SOURCE_HEURISTIC;
     }
     if (!ctx->caches.opened)

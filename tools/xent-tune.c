@@ -99,14 +99,6 @@ static int parse_shape(const char *s, int64_t *n, int64_t *c) {
 
 #define SHAPE_FORM "expected NxC with N >= 1 and 1 <= C <= 2147483647, e.g. 32768x4096"
 
-static int add_shape(cli *o, const char *s) {
-    if (o->nshapes == MAX_SHAPES) return bad_usage("more than 4096 shapes", "");
-    if (parse_shape(s, &o->shapes[o->nshapes][0], &o->shapes[o->nshapes][1]))
-        return bad_usage("bad shape '%s' (" SHAPE_FORM ")", s);
-    o->nshapes++;
-    return 0;
-}
-
 /* A shape line is short; a longer one is refused by number rather than read
  * in pieces, each piece a shape of its own. */
 #define MAX_SHAPE_LINE 255
@@ -114,6 +106,20 @@ static int add_shape(cli *o, const char *s) {
 static int shapes_file_error(const char *path, const char *what) {
     fprintf(stderr, "%s: shapes file %s%s\nTry '%s --help'.\n", PROG, path, what, PROG);
     return EXIT_USAGE;
+}
+
+/* Shape s, from --shape (path NULL) or line `line` of a shapes file, whose
+ * error names the line. */
+static int add_shape(cli *o, const char *s, const char *path, int line) {
+    if (o->nshapes == MAX_SHAPES) return bad_usage("more than 4096 shapes", "");
+    if (!parse_shape(s, &o->shapes[o->nshapes][0], &o->shapes[o->nshapes][1])) {
+        o->nshapes++;
+        return 0;
+    }
+    if (!path) return bad_usage("bad shape '%s' (" SHAPE_FORM ")", s);
+    char what[MAX_SHAPE_LINE + 160];
+    snprintf(what, sizeof what, ":%d: bad shape '%s' (" SHAPE_FORM ")", line, s);
+    return shapes_file_error(path, what);
 }
 
 static int read_shapes_file(cli *o, const char *path) {
@@ -149,14 +155,7 @@ static int read_shapes_file(cli *o, const char *path) {
         line[k] = 0;
         char *s = line + strspn(line, " \t");
         if (!*s) continue;
-        int64_t n, c;
-        if (o->nshapes < MAX_SHAPES && parse_shape(s, &n, &c)) { /* the line is named, not only the shape */
-            char what[MAX_SHAPE_LINE + 160];
-            snprintf(what, sizeof what, ":%d: bad shape '%s' (" SHAPE_FORM ")", no, s);
-            rc = shapes_file_error(path, what);
-            break;
-        }
-        rc = add_shape(o, s);
+        rc = add_shape(o, s, path, no);
     }
     if (!rc && ferror(f)) rc = shapes_file_error(path, ": cannot be read");
     free(line);
@@ -228,7 +227,7 @@ static int parse_option(cli *o, int opt, const char *arg) {
     long long v;
     int e, rc = 0;
     switch (opt) {
-    case 's': return add_shape(o, arg);
+    case 's': return add_shape(o, arg, NULL, 0);
     case 'f': return read_shapes_file(o, arg);
     case 'd':
         rc = parse_enum(arg, dtypes, &e, "dtype");
