@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#define TUNE_MAX_THREADS 32
+#define TUNE_MAX_THREADS 64
 
 /* Rows of c elements a chunk of the references: about 64K elements, fixed,
  * so that their sums never depend on the thread count. */

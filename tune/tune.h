@@ -73,7 +73,8 @@ void xent_tune_result_free(xent_tune_result *r);
 double xent_problem_bytes(const xent_problem *p);
 
 /* Compile candidates in parallel through the kernel cache (no GPU needed),
- * each for probs[0] (nprobs 1) or for its own probs[i] (nprobs n).
+ * each for probs[0] (nprobs 1) or for its own probs[i] (nprobs n), on
+ * `threads` threads (< 1: the online CPUs; tune_parallel).
  * status[i] gets XENT_OK or the failure; reports land in bins (may be NULL). */
 void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
                        int *status, xent_cubin *bins, char (*errs)[512]);

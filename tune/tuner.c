@@ -10,6 +10,7 @@
 
 #include "gen/gen.h"
 #include "tune/bufs.h"
+#include "tune/parallel.h"
 
 /* A candidate slower than this multiple of the best is dropped after one repeat. */
 #define PRUNE_FACTOR 1.5
@@ -47,45 +48,30 @@ double xent_problem_bytes(const xent_problem *p) {
 typedef struct compile_job {
     const xent_config *cfgs;
     const xent_problem *probs;
-    int n, nprobs, arch;
+    int nprobs, arch;
     int *status;
     xent_cubin *bins;
     char (*errs)[512];
-    pthread_mutex_t lock;
-    int next;
 } compile_job;
 
-static void *compile_worker(void *arg) {
+static void compile_one(void *arg, int64_t i, int thread) {
+    (void)thread;
     compile_job *job = arg;
-    for (;;) {
-        pthread_mutex_lock(&job->lock);
-        int i = job->next++;
-        pthread_mutex_unlock(&job->lock);
-        if (i >= job->n) return NULL;
-        xent_cubin bin;
-        char err[512];
-        const xent_problem *p = &job->probs[job->nprobs == 1 ? 0 : i];
-        job->status[i] = xent_kernel_get(&job->cfgs[i], p, job->arch, &bin, err, sizeof err);
-        if (job->errs) snprintf(job->errs[i], sizeof job->errs[i], "%s", job->status[i] ? err : "");
-        if (job->bins)
-            job->bins[i] = bin;
-        else
-            xent_cubin_free(&bin);
-    }
+    xent_cubin bin;
+    char err[512];
+    const xent_problem *p = &job->probs[job->nprobs == 1 ? 0 : i];
+    job->status[i] = xent_kernel_get(&job->cfgs[i], p, job->arch, &bin, err, sizeof err);
+    if (job->errs) snprintf(job->errs[i], sizeof job->errs[i], "%s", job->status[i] ? err : "");
+    if (job->bins)
+        job->bins[i] = bin;
+    else
+        xent_cubin_free(&bin);
 }
 
 void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
                        int *status, xent_cubin *bins, char (*errs)[512]) {
-    compile_job job = {cfgs, probs, n, nprobs, arch, status, bins, errs, PTHREAD_MUTEX_INITIALIZER, 0};
-    if (threads < 1) threads = 1;
-    if (threads > 64) threads = 64;
-    pthread_t tids[64];
-    int started = 0;
-    for (; started < threads && started < n; started++)
-        if (pthread_create(&tids[started], NULL, compile_worker, &job)) break;
-    if (!started) compile_worker(&job);
-    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
-    pthread_mutex_destroy(&job.lock);
+    compile_job job = {cfgs, probs, nprobs, arch, status, bins, errs};
+    tune_parallel(n, threads, compile_one, &job);
 }
 
 /* ---- timing ---- */
