@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Forward + backward of the cross-entropy loss: xent vs torch eager, torch.compile and Liger, on one GPU.
+"""Forward + backward of the cross-entropy loss: xent vs torch eager, torch.compile, Liger and Quack, on one GPU.
 
     python3 bench/bench_train.py --out DIR [--shapes 32768x4096,32768x4096:bf16,16384x50257,8192x128256:bf16]
-                                 [--impls floor,xent,xent-inplace,eager,compile,liger] [--iters 20] [--scale K]
+                                 [--impls floor,xent,xent-inplace,eager,compile,liger,quack] [--iters 20] [--scale K]
 
 Each call computes loss = cross_entropy(logits, targets) (mean) and its gradient with respect to the
 logits (loss.backward() with logits a leaf that requires grad; with --scale K, (loss * K).backward(),
@@ -10,7 +10,9 @@ the backward of a scaled loss: a GradScaler's, or an accumulated step's loss / s
 events around `iters` calls back to back after a warm-up, median of 5 repeats, per call. "floor" is a
 copy of the logits into a same-size buffer (torch's copy_: reads the logits once and writes a
 gradient-sized tensor), the least memory traffic any fused forward+backward can have, measured in the
-same run. Every implementation's loss and gradient are first checked against float64 PyTorch. Writes
+same run. Every implementation's loss and gradient are first checked against float64 PyTorch. Liger
+(in place) and Quack (`quack.cross_entropy.cross_entropy`, its forward and backward kernels, the gradient
+to a new buffer) run where importable and are reported as skipped otherwise. Writes
 DIR/bench_train.json and DIR/bench_train.md.
 """
 
@@ -38,7 +40,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
-    ap.add_argument("--impls", default="floor,xent,xent-inplace,eager,compile,liger")
+    ap.add_argument("--impls", default="floor,xent,xent-inplace,eager,compile,liger,quack")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--scale", type=float, default=1.0, help="backward of loss * K (default 1: loss)")
     args = ap.parse_args()
@@ -62,6 +64,11 @@ def main():
             fns["liger"] = lambda x, t: liger_cross_entropy(x, t)
         except Exception as e:  # noqa: BLE001
             print("liger: not importable (%s)" % e, flush=True)
+        try:
+            from quack.cross_entropy import cross_entropy as quack_cross_entropy
+            fns["quack"] = lambda x, t: quack_cross_entropy(x, t, reduction="mean")
+        except Exception as e:  # noqa: BLE001
+            print("quack: not importable (%s)" % e, flush=True)
         return fns
 
     fns = impl_fns()
