@@ -337,11 +337,25 @@ def earlier_configs(args, p):
     return configs + [best] if best and best not in configs else configs
 
 
+def problem_flags(p):
+    """xent-tune's flags for problem p."""
+    flags = ["--shape", "%dx%d" % (p["n"], p["c"]), "--dtype", p["dtype"], "--targets", p["targets"],
+             "--reduction", p["reduction"]]
+    if p["weights"]:
+        flags.append("-w")
+    if p["smoothing"]:
+        flags += ["-l", str(p["smoothing"])]
+    if p["lse"]:
+        flags.append("--lse")
+    if p["stride"] != p["c"]:
+        flags += ["--row-stride", str(p["stride"])]
+    return flags
+
+
 def tune(args, p, db):
     """The problem's own winner into db: the tuner's JSON, or an error text. With --tuned-from,
     the earlier tune's top configs timed again and the fastest stored (xent-tune --store-config)."""
-    cmd = [args.tune_bin, "--shape", "%dx%d" % (p["n"], p["c"]), "--dtype", p["dtype"], "--targets", p["targets"],
-           "--reduction", p["reduction"], "--budget", str(args.budget), "--db", db, "-q", "--json", "--top", "3"]
+    cmd = [args.tune_bin] + problem_flags(p) + ["--budget", str(args.budget), "--db", db, "-q", "--json", "--top", "3"]
     if args.earlier is not None:
         given = earlier_configs(args, p)
         if not given:
@@ -349,14 +363,6 @@ def tune(args, p, db):
         for g in given:
             cmd += ["--config", g]
         cmd.append("--store-config")
-    if p["weights"]:
-        cmd.append("-w")
-    if p["smoothing"]:
-        cmd += ["-l", str(p["smoothing"])]
-    if p["lse"]:
-        cmd.append("--lse")
-    if p["stride"] != p["c"]:
-        cmd += ["--row-stride", str(p["stride"])]
     t0 = time.time()
     q = subprocess.run(cmd, capture_output=True, text=True)
     rec = {"command": " ".join(cmd), "wall_s": round(time.time() - t0, 1), "rc": q.returncode}
@@ -539,12 +545,32 @@ def run(args, problems):
     return 0
 
 
+def compile_only(args, problems):
+    """Every candidate of the chosen problems compiled for the H200 into $XENT_KERNEL_CACHE (no GPU),
+    so that their tunes on the GPU machine spend the budget timing, not compiling."""
+    if not os.environ.get("XENT_KERNEL_CACHE"):
+        raise SystemExit("--compile-only: set XENT_KERNEL_CACHE to the folder to fill")
+    for i in parse_range(args.only, len(problems)):
+        p = problems[i]
+        t0 = time.time()
+        q = subprocess.run([args.tune_bin, "--compile-only", "--gpu", "h200", "-q"] + problem_flags(p),
+                           capture_output=True, text=True)
+        if q.returncode != 0:
+            log("%d %s: xent-tune --compile-only failed (%d): %s" % (i, p["name"], q.returncode, q.stderr.strip()[-300:]))
+            return 1
+        count = sum(1 for line in q.stdout.splitlines() if "=" in line and not line.startswith("#"))
+        log("%d %s: %d candidates compiled in %.0f s" % (i, p["name"], count, time.time() - t0))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description="xent on random problems: untuned vs tuned vs the read floor")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--problems", type=int, default=40, help="how many to draw (default 40)")
     ap.add_argument("--only", help="i..j: measure only problems i to j (inclusive) of the draw; a comma list of such parts")
     ap.add_argument("--list", action="store_true", help="print the drawn problems and exit (no GPU)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile the chosen problems' candidates into $XENT_KERNEL_CACHE and exit (no GPU)")
     ap.add_argument("--with-fixed", action="store_true",
                     help="append the issue's %d fixed problems after the draw (numbered from --problems)" % len(FIXED))
     ap.add_argument("--no-tune", dest="tune", action="store_false", help="untuned and floor only")
@@ -580,6 +606,8 @@ def main():
         sys.stdout.reconfigure(line_buffering=True)
     except Exception:  # noqa: BLE001
         pass
+    if args.compile_only:
+        return compile_only(args, problems)
     return run(args, problems)
 
 

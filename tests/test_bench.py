@@ -40,6 +40,16 @@ def test_the_draw_is_the_documented_one(idx, name):
     assert rp.draw(12, 40, int(4e9))[idx]["name"] == name
 
 
+@pytest.mark.parametrize("idx, want", [
+    (18, "--shape 13183x2505 --dtype f16 --targets i32 --reduction mean"),
+    (8, "--shape 9712x1416 --dtype bf16 --targets i32 --reduction mean -w -l 0.1"),
+    (11, "--shape 4166x232 --dtype f16 --targets i32 --reduction none --lse --row-stride 252"),
+])
+def test_problem_flags(idx, want):
+    """The tune and the compile ahead pass a problem to xent-tune with the same flags."""
+    assert " ".join(rp.problem_flags(rp.draw(12, 40, int(4e9))[idx])) == want
+
+
 def report(seed=12, problems=None, date="d"):
     return {"meta": {"seed": seed, "count": 40, "date": date}, "problems": problems or {}}
 

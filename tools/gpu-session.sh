@@ -32,6 +32,15 @@ stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 run() { "$@" || { echo "FAILED($?): $*"; status=1; }; }
 
 {
+# kernels compiled ahead on the build machine (docs/tuning.md, "Compiling ahead"), so that tunes
+# spend their budget timing; the key of each file names its template, architecture and NVRTC
+if [ -f build/kernels.txz ]; then
+    mkdir -p "$XENT_KERNEL_CACHE"
+    tar -xJf build/kernels.txz -C "$XENT_KERNEL_CACHE" 2>/dev/null ||
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            build/kernels.txz "$XENT_KERNEL_CACHE" || { echo "FAILED: unpacking build/kernels.txz"; status=1; }
+    echo "kernel cache $XENT_KERNEL_CACHE: $(ls "$XENT_KERNEL_CACHE" | wc -l) kernels"
+fi
 for s in "$@"; do
     case $s in
     info)
