@@ -298,11 +298,13 @@ END_TEST
 
 START_TEST(test_bad_enums) {
     static const char *const dtypes[] = {"fp32", "F32", "f64", "half", ""};
-    REJECT("--dtype", "dtype", NULL, dtypes);
+    REJECT("--dtype", "dtype", "(expected f32, f16 or bf16)", dtypes);
     static const char *const targets[] = {"i16", "int64", "u32", "I64", ""};
-    REJECT("--targets", "targets dtype", NULL, targets);
+    REJECT("--targets", "targets dtype", "(expected i32 or i64)", targets);
     static const char *const reductions[] = {"avg", "MEAN", "max", "summ", ""};
-    REJECT("--reduction", "reduction", NULL, reductions);
+    REJECT("--reduction", "reduction", "(expected none, sum or mean)", reductions);
+    static const char *const ops[] = {"fwd", "bwd", "combine", ""};
+    REJECT("--op", "op", "(expected forward, fused or backward)", ops);
     /* Every legal value is taken (and shows in the dry-run header). */
     result r = RUN("--dry-run", "--shape", "8x8", "-d", "f16", "-t", "i32", "-r", "none");
     expect_code(&r, 0);

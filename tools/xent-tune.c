@@ -163,13 +163,19 @@ static int read_shapes_file(cli *o, const char *path) {
     return rc;
 }
 
+/* names: the values in order, NULL-terminated; a bad value is answered with the list. */
 static int parse_enum(const char *arg, const char *const *names, int *out, const char *what) {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(arg, names[i])) {
-            *out = i;
+    char list[128] = "";
+    int n = 0;
+    for (; names[n]; n++)
+        if (!strcmp(arg, names[n])) {
+            *out = n;
             return 0;
         }
-    fprintf(stderr, "%s: bad %s '%s'\nTry '%s --help'.\n", PROG, what, arg, PROG);
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                 names[i]);
+    fprintf(stderr, "%s: bad %s '%s' (expected %s)\nTry '%s --help'.\n", PROG, what, arg, list, PROG);
     return EXIT_USAGE;
 }
 
