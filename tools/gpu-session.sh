@@ -264,12 +264,14 @@ for s in "$@"; do
         # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG... [-- XENT-TUNE FLAGS]" lines (the
         # flags name the problem's kind, e.g. -- --label-smoothing 0.1 --weights), each timed by the
         # variant's xent-tune --config (the tuner's protocol and reference check)
-        # for the op AB_OP (forward, fused or backward)
+        # for the op AB_OP (forward, fused or backward). AB_VARIANTS names the builds to time
+        # (default: every folder of build/variants)
         stage "A/B of build/variants (${AB_PLANS:-heuristic} plans${AB_CONFIGS:+, configs of $AB_CONFIGS})"
         datadir=/nonexistent; [ "${AB_PLANS:-}" = shipped ] && datadir=$PWD/tunecache
+        variants=(); for v in ${AB_VARIANTS:-$(ls build/variants)}; do variants+=("build/variants/$v/"); done
         for rep in $(seq "${AB_REPS:-2}"); do
             for sh in ${AB_SHAPES-64x262144 1048576x10 32768x4096 4096x32000}; do
-                for v in build/variants/*/; do
+                for v in "${variants[@]}"; do
                     us=$(XENT_TUNECACHE=/nonexistent XENT_DATADIR=$datadir "$v/xent-example" ${sh/x/ } | grep -oE "[0-9.]+ us/call on the GPU" | cut -d' ' -f1)
                     echo "rep$rep $sh $(basename "$v") ${us:-FAILED}"
                 done
@@ -277,7 +279,7 @@ for s in "$@"; do
             [ -n "${AB_CONFIGS:-}" ] || continue
             grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt rest; do
                 cfg=${rest%% -- *}; kind=(); [ "$cfg" = "$rest" ] || read -ra kind <<< "${rest#* -- }"
-                for v in build/variants/*/; do
+                for v in "${variants[@]}"; do
                     us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" --config "$cfg" "${kind[@]}" \
                         --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
                         awk '$1 == "fastest" {print $2}')
