@@ -196,3 +196,23 @@ def test_targets_lines():
     assert got[2].endswith("within 1.03x: 0 of 2")
     assert got[3] == "- reference 32768x4096 f32 i64 mean: tuned 1.040x the floor"
     assert got[4] == "- few rows, huge vocabulary, 7x1000003 f32 i64 mean: tuned 1.400x the floor"
+
+
+def test_pack_kernels_round_trip(tmp_path):
+    """tools/pack-kernels.sh packs a kernel cache's CUBINs (and nothing else) for gpu-session.sh to unpack."""
+    import subprocess
+    import tarfile
+    cache = tmp_path / "kc"
+    cache.mkdir()
+    files = {"%016x.cubin" % i: bytes([i]) * (100 + 37 * i) for i in range(5)}
+    for name, data in files.items():
+        (cache / name).write_bytes(data)
+    (cache / "abc.cubin.tmp.1234").write_bytes(b"half written")
+    out = tmp_path / "k.txz"
+    r = subprocess.run(["bash", os.path.join(ROOT, "tools", "pack-kernels.sh"), str(cache), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "5 kernels" in r.stdout
+    with tarfile.open(out) as t:
+        got = {m.name.lstrip("./"): t.extractfile(m).read() for m in t.getmembers()}
+    assert got == files
