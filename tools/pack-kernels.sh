@@ -10,7 +10,8 @@ set -euo pipefail
 dir=${1:?usage: tools/pack-kernels.sh DIR [OUT]}
 out=$(realpath -m "${2:-build/kernels.txz}")
 mkdir -p "$(dirname "$out")"
-n=$(ls "$dir" | grep -cE '^[0-9a-f]+\.cubin$') || { echo "$0: no kernels (*.cubin) in $dir" >&2; exit 1; }
-(cd "$dir" && ls -S | grep -E '^[0-9a-f]+\.cubin$' | tar -cf - -T - | xz -9 > "$out.tmp")
+files=$(cd "$dir" && ls -S | grep -E '^[0-9a-f]+\.cubin$') || { echo "$0: no kernels (*.cubin) in $dir" >&2; exit 1; }
+n=$(wc -l <<< "$files")
+(cd "$dir" && tar -cf - -T - <<< "$files" | xz -9 > "$out.tmp")
 mv "$out.tmp" "$out"
 echo "$out: $n kernels, $(du -h "$out" | cut -f1)"
