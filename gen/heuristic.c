@@ -87,6 +87,10 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
 }
 
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
+    /* the handoff gained only on stashed rows: rows this entry's kernel would
+     * hold (a stash of nothing) ran 27-47% slower with it */
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->prefetch == 2 && xent_config_smem(cfg, p) == 0)
+        cfg->prefetch = 0;
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
     xent_config fitted = *cfg;
     fit_split(&fitted, n_from, p);
@@ -111,9 +115,11 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
  * of 128 logits a lane (150 us, against 170 for 128 threads of 32), fp32
  * there 32 a lane (285 us, 291 at 64); read twice, 16384x50257 fp32 and
  * 8192x128256 bf16 at 256 bytes a lane, 1.09x and 1.22x faster than 128
- * and 64; read twice, the 16-bit rows' chunks past the first wait in shared
- * memory (STASH: 8192x128256 bf16 1111 us against 1135 with EVICT, 8192x50257
- * 465 against 468), fp32's not (16384x50257: 1791 against 1780). */
+ * and 64; rows past a chunk keep the chunks past the first in shared memory
+ * and hand the next row's first chunk to the last chunk's stores (STASH=1,
+ * PREFETCH=2: 16384x50257 fp32 1724 us against 1770 read twice with EVICT,
+ * 8192x128256 bf16 1083 against 1112 stashed alone, 8192x50257 bf16 443
+ * against 462; stashed alone, fp32 was slower than read twice). */
 static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < xent_nknobs; i++) xent_knob_set(cfg, &xent_knobs[i], xent_knobs[i].values[0]);
@@ -134,8 +140,8 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     const long most = (bwd ? GRAD_CHUNK_BYTES / 2 : GRAD_CHUNK_BYTES) / (cfg->vec * xent_dtype_size(p->logits));
     const long items = xent_pow2_ceil((p->c + (long)cfg->tpr * cfg->vec - 1) / ((long)cfg->tpr * cfg->vec));
     cfg->items = (int)(items < most ? items : most); /* the fewest that hold the row */
-    /* 16-bit rows past a chunk keep the rest in shared memory where it fits */
-    cfg->stash = p->logits != XENT_F32 && xent_config_reads_twice(cfg, p);
+    /* rows past a chunk keep the rest in shared memory where it fits */
+    cfg->stash = xent_config_reads_twice(cfg, p);
     if (cfg->stash && !xent_config_fits(cfg, p, NULL, 0)) cfg->stash = 0;
     /* A 512-thread 16-bit block holds the SM's registers alone; 256 threads
      * whose stash leaves room for a second block overlap one block's
@@ -147,6 +153,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
     }
     cfg->evict = xent_config_reads_twice(cfg, p);
+    cfg->prefetch = cfg->stash ? 2 : 0; /* the handoff: stashed rows only gained from it */
     /* the backward of fp32 rows that start off a 16-byte boundary streams
      * them flat: a team a row takes scalar edges and a short last chunk
      * (16384x50257: 1654 us flat by 128 threads of 8 loads, against 1720 a

@@ -35,9 +35,10 @@ const xent_knob xent_knobs[] = {
      "by less than another; 1: grid of at most the resident blocks, teams loop over rows; 3: as 1, with as "
      "few blocks as give every block the same number of rounds", KNOB_LAUNCH,
      3, {0, 1, 3}, KNOB(persist), 0, KNOB_FWD},
-    {"PREFETCH", "1: issue the next chunk's loads before reducing this one (PASSES=1; twice the "
-     "chunk's registers, more bytes in flight per warp; xent_grad: also the next row's first chunk)",
-     KNOB_RENDER, 2, {0, 1}, KNOB(prefetch), 1, KNOB_GRAD},
+    {"PREFETCH", "1: issue the next chunk's loads before reducing this one (twice the chunk's registers; "
+     "also the next row's first chunk); 2: (fused, backward) the next row's first chunk loaded into the "
+     "registers the row's last gradient chunk frees, item by item", KNOB_RENDER, 3, {0, 1, 2}, KNOB(prefetch), 1,
+     KNOB_GRAD},
     {"POLY", "4, 8: one exponential in that many by a polynomial on the FMA pipe, the rest on the MUFU "
      "pipe, which 16-bit chunks keep busy (xent_fwd: 16-bit logits only)", KNOB_RENDER, 3, {0, 4, 8}, KNOB(poly), 1,
      KNOB_FWD | KNOB_GRAD},
@@ -137,10 +138,10 @@ static int grad_legal(const xent_config *cfg, xent_dtype d, char *why, size_t le
         return refuse(why, len, "SPLIT > 1 takes TPR == BLOCK (a cluster of whole-block teams)");
     if (cfg->items * vbytes > GRAD_CHUNK_BYTES)
         return refuse(why, len, "ITEMS * VEC exceeds what a thread holds in registers (256 bytes)");
-    if (cfg->prefetch && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
-        return refuse(why, len, "PREFETCH holds two chunks: at most 16 words a chunk");
-    if (cfg->stash && (cfg->prefetch || cfg->tpr != cfg->block))
-        return refuse(why, len, "STASH takes PREFETCH=0 and TPR == BLOCK");
+    if (cfg->prefetch == 1 && cfg->items * vbytes > 4 * GRAD_PREFETCH_WORDS)
+        return refuse(why, len, "PREFETCH=1 holds two chunks: at most 16 words a chunk");
+    if (cfg->stash && (cfg->prefetch == 1 || cfg->tpr != cfg->block))
+        return refuse(why, len, "STASH takes PREFETCH=0 or 2 and TPR == BLOCK");
     if (cfg->flat &&
         (cfg->tpr != cfg->block || cfg->split > 1 || cfg->prefetch || cfg->stash || cfg->evict || cfg->poly))
         return refuse(why, len, "FLAT takes TPR == BLOCK, SPLIT=1, PREFETCH=0, STASH=0, EVICT=0 and POLY=0");
@@ -300,6 +301,9 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (c->stash && grad_stash_bytes(c, p) == 0) return 0; /* the same kernel as STASH=0 */
+    /* the handoff gained only on stashed rows (3% on long 16-bit rows); rows held
+     * in registers or read twice ran 27-47% slower with it (docs/performance.md) */
+    if (c->prefetch == 2 && !(p->op == XENT_OP_FUSED && c->stash)) return 0;
     /* POLY gains only where a fused fp32 row is held in registers; 16-bit
      * rows and rows read twice ran slower with it, the backward no faster */
     if (c->poly && (p->logits != XENT_F32 || p->op != XENT_OP_FUSED || cap < p->c || per_thread < 2 * c->poly))
@@ -459,6 +463,8 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) {
         if (!xent_config_legal_for(cfg, XENT_FAMILY_GRAD, p->logits, why, len)) return 0;
         if (cfg->stash && p->op != XENT_OP_FUSED) return refuse(why, len, "STASH is the fused kernel's");
+        if (cfg->prefetch == 2 && p->op != XENT_OP_FUSED && p->op != XENT_OP_BACKWARD)
+            return refuse(why, len, "PREFETCH=2 hands the next row to a gradient's stores: fused or backward");
         /* no lower bound: a held row stashes nothing, so a nearest entry's STASH=1 still fits it */
         if (cfg->stash && grad_stash_bytes(cfg, p) > MAX_STASH_BYTES)
             return refuse(why, len, "STASH: the row past its first chunk exceeds the shared memory of a block");
@@ -515,6 +521,7 @@ const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int ar
     const char *what = "";
     if (cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
         cfg->stash = 0;
+        cfg->prefetch = cfg->prefetch == 2 ? 0 : cfg->prefetch; /* the handoff goes with the stash */
         cfg->evict = xent_config_reads_twice(cfg, p);
         what = "no stash (its shared memory): the row read twice";
     }

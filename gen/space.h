@@ -36,7 +36,7 @@ typedef struct xent_config {
     int split;    /* teams per row (launch) */
     int persist;  /* 1: grid of at most the resident blocks; 3: even rounds of them (launch) */
     int tile;     /* 1: rows staged in shared memory, a thread per row */
-    int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced */
+    int prefetch; /* 1: the next chunk's loads are issued before this chunk is reduced; 2: handed off */
     int poly;     /* 4, 8: one exponential in that many on the FMA pipe (xent_fwd: 16-bit logits) */
     int evict;    /* xent_grad: 1 rows read twice stay in L2 for the second read, which evicts them */
     int stash;    /* xent_grad: 1 a fused row's chunks after the first wait in shared memory */

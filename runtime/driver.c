@@ -23,6 +23,17 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
         }                                                                                                              \
     } while (0)
 
+/* cuLaunchKernelEx, for programmatic dependent launches, only from a driver
+ * of CUDA 12.3 or later: from there a stream capture records such a launch as
+ * a programmatic edge (CUgraphEdgeData). Otherwise NULL, and launches take
+ * cuLaunchKernel. */
+static void launch_ex(void *lib) {
+    CUresult (*version)(int *) = (CUresult(*)(int *))dlsym(lib, "cuDriverGetVersion");
+    int v = 0;
+    if (version && version(&v) == CUDA_SUCCESS && v >= 12030)
+        *(void **)&driver.LaunchKernelEx = dlsym(lib, "cuLaunchKernelEx");
+}
+
 static int resolve(void *lib) {
     RESOLVE(Init, "cuInit");
     RESOLVE(DeviceGetCount, "cuDeviceGetCount");
@@ -41,6 +52,7 @@ static int resolve(void *lib) {
     RESOLVE(FuncSetAttribute, "cuFuncSetAttribute");
     RESOLVE(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     RESOLVE(LaunchKernel, "cuLaunchKernel");
+    launch_ex(lib);
     RESOLVE(MemAlloc, "cuMemAlloc_v2");
     RESOLVE(MemFree, "cuMemFree_v2");
     RESOLVE(MemsetD8, "cuMemsetD8_v2");

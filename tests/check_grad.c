@@ -200,15 +200,15 @@ typedef struct prob_case {
     float eps, z, cap;
     int64_t vocab, offset;
     int shards;
-    int evict; /* the heuristic's EVICT: fused fp32 rows read twice */
-    int stash; /* the heuristic's STASH: fused 16-bit rows past a chunk */
+    int evict; /* the heuristic's EVICT: fused rows read twice (past a chunk, their stash too large) */
+    int stash; /* the heuristic's STASH (and the handoff, PREFETCH=2): fused rows past a chunk */
     int poly;  /* the candidates offer POLY: fused fp32 rows held in registers (or a cluster's) */
 } prob_case;
 
 static const prob_case probs[] = {
     {32768, 4096, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
     {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1},
+    {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1},
     {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0, 0},
     {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0, 0},
@@ -238,6 +238,7 @@ START_TEST(grad_heuristic_fits_and_compiles) {
     ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
     ck_assert_msg(cfg.evict == probs[_i].evict, "%s: EVICT=%d, want %d", text, cfg.evict, probs[_i].evict);
     ck_assert_msg(cfg.stash == probs[_i].stash, "%s: STASH=%d, want %d", text, cfg.stash, probs[_i].stash);
+    ck_assert_msg((cfg.prefetch == 2) == cfg.stash, "%s: the handoff without the stash, or the reverse", text);
     xent_cubin bin;
     char err[4096];
     int rc = xent_kernel_get(&cfg, &p, 90, &bin, err, sizeof err);
@@ -264,6 +265,7 @@ START_TEST(grad_candidates_are_legal_and_few) {
         char why[256];
         ck_assert_msg(xent_config_fits(&all[i], &p, why, sizeof why), "%s", why);
         ck_assert_int_le(all[i].split, 8);
+        ck_assert_msg(all[i].prefetch != 2 || all[i].stash, "the handoff offered to a row not stashed");
     }
     free(all);
 }
@@ -285,6 +287,10 @@ static const struct {
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 1, ""},
     {"VEC=4 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 STASH=1", 0, "STASH"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1 STASH=1", 0, "STASH"},
+    /* the handoff holds one chunk: any chunk a thread holds, and a stash */
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=1", 0, "two chunks"},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=2 STASH=1", 1, ""},
+    {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=2 FLAT=1", 0, "FLAT"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", 1, ""},
     {"VEC=4 TPR=32 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 FLAT=1", 0, "FLAT"},
     {"VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1 FLAT=1", 0, "FLAT"},
@@ -431,7 +437,7 @@ START_TEST(grad_stash_needs_shared_memory) {
     xent_config c;
     char why[256] = "";
     ck_assert_int_eq(xent_config_parse("VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
-                                       "STASH=1",
+                                       "STASH=1 PREFETCH=2",
                                        &c, why, sizeof why),
                      XENT_OK);
     ck_assert_int_eq(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, why, sizeof why), smem_cases[_i].fits);
@@ -440,6 +446,7 @@ START_TEST(grad_stash_needs_shared_memory) {
     ck_assert_int_eq(*what != 0, !smem_cases[_i].fits); /* the plan's note says what it took */
     ck_assert_int_eq(c.stash, smem_cases[_i].fits);
     ck_assert_int_eq(c.evict, !smem_cases[_i].fits); /* read twice: L2 priorities */
+    ck_assert_int_eq(c.prefetch, smem_cases[_i].fits ? 2 : 0); /* the handoff goes with the stash */
     ck_assert(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, NULL, 0));
 }
 END_TEST
@@ -471,6 +478,51 @@ START_TEST(grad_turing) {
     xent_config_for_arch(&c, &p, turing_cases[_i].arch);
     ck_assert_int_eq(c.evict, turing_cases[_i].arch >= 80 && turing_cases[_i].evict);
     if (p.logits == XENT_F32) ck_assert(xent_config_arch_fits(&c, &p, turing_cases[_i].arch, NULL, 0));
+}
+END_TEST
+
+/* PREFETCH=2 hands the next row to a gradient's stores: the fused kernel's
+ * and the backward's, not the training family's forward (z-loss here). */
+static const struct {
+    xent_op op;
+    int fits;
+} handoffs[] = {{XENT_OP_FUSED, 1}, {XENT_OP_BACKWARD, 1}, {XENT_OP_FORWARD, 0}};
+
+/* A stashed entry's handoff, fitted to rows of another length: kept where the
+ * rows still stash, dropped where the entry's kernel would hold them. */
+static const struct {
+    int64_t c;
+    int prefetch;
+} handoff_rows[] = {{128256, 2}, {100000, 2}, {50257, 0}, {4096, 0}};
+
+START_TEST(grad_handoff_fitted_to_rows) {
+    xent_problem p;
+    xent_problem_init(&p, 8192, handoff_rows[_i].c);
+    p.logits = XENT_BF16, p.op = XENT_OP_FUSED;
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
+                                       "STASH=1 PREFETCH=2",
+                                       &c, why, sizeof why),
+                     XENT_OK);
+    xent_config_fit_rows(&c, 8192, &p, 132);
+    ck_assert_int_eq(c.prefetch, handoff_rows[_i].prefetch);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%s", why);
+}
+END_TEST
+
+START_TEST(grad_handoff_fits) {
+    xent_problem p;
+    xent_problem_init(&p, 4096, 4096);
+    p.op = handoffs[_i].op, p.z_loss = 1e-4f;
+    xent_config c;
+    char why[256] = "";
+    ck_assert_int_eq(xent_config_parse("VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
+                                       "PREFETCH=2",
+                                       &c, why, sizeof why),
+                     XENT_OK);
+    ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why) == handoffs[_i].fits, "op %d: %s", p.op, why);
+    if (!handoffs[_i].fits) ck_assert_msg(strstr(why, "PREFETCH=2"), "'%s' lacks 'PREFETCH=2'", why);
 }
 END_TEST
 
@@ -536,6 +588,8 @@ int main(void) {
     tcase_add_loop_test(tc, grad_heuristic_fits_and_compiles, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_candidates_are_legal_and_few, 0, (int)(sizeof probs / sizeof probs[0]));
     tcase_add_loop_test(tc, grad_legality, 0, (int)(sizeof legal / sizeof legal[0]));
+    tcase_add_loop_test(tc, grad_handoff_fits, 0, (int)(sizeof handoffs / sizeof handoffs[0]));
+    tcase_add_loop_test(tc, grad_handoff_fitted_to_rows, 0, (int)(sizeof handoff_rows / sizeof handoff_rows[0]));
     tcase_add_loop_test(tc, grad_clusters_need_sm90, 0, (int)(sizeof arch_cases / sizeof arch_cases[0]));
     tcase_add_loop_test(tc, grad_stash_needs_shared_memory, 0, (int)(sizeof smem_cases / sizeof smem_cases[0]));
     tcase_add_loop_test(tc, grad_turing, 0, (int)(sizeof turing_cases / sizeof turing_cases[0]));

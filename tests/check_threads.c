@@ -146,6 +146,9 @@ static void run_case(const thread_case *tc) {
     ck_assert_msg(counts, "the loaded libcuda.so.1 is not the stand-in");
     long launches0, modules0, launches, modules, allocs, frees;
     counts(&launches0, &modules0, NULL, NULL);
+    long (*programmatic)(void) = (long (*)(void))dlsym(lib, "standin_programmatic");
+    ck_assert_msg(programmatic, "the stand-in has no standin_programmatic");
+    long dependents0 = programmatic();
 
     static worker w[MAX_THREADS];
     pthread_t th[MAX_THREADS];
@@ -180,6 +183,8 @@ static void run_case(const thread_case *tc) {
     /* a mean's gradient launches the weight-sum kernel first: two driver launches a call */
     long per_call = tc->op == XENT_OP_FUSED ? 2 : 1;
     ck_assert_int_eq(launches - launches0, per_call * want_launches);
+    /* on sm_90 the rows' kernel is a programmatic dependent of the weight sums' */
+    ck_assert_int_eq(programmatic() - dependents0, tc->op == XENT_OP_FUSED ? want_launches : 0);
     xent_context_destroy(ctx);
     counts(NULL, NULL, &allocs, &frees);
     ck_assert_msg(allocs == frees, "%ld device allocations, %ld frees", allocs, frees);

@@ -7,7 +7,7 @@
 # lost in the drift between calls. AB_ALSO names more make targets under
 # build/ to copy beside them (e.g. AB_ALSO=tests/gpu/check_grad).
 #   tools/ab-build.sh base=HEAD~1 new=.
-#   AB_ALSO=tests/gpu/check_grad tools/ab-build.sh base=HEAD pdl=bench/ab/grad-pdl.patch
+#   AB_ALSO=tests/gpu/check_grad tools/ab-build.sh base=HEAD fast=bench/ab/grad-store-fast-path.patch
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: $0 NAME=REV|.|PATCH ..." >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)

@@ -40,7 +40,11 @@
  *   XENT_SPLIT  blocks of a cluster sharing a row (needs TPR == BLOCK)
  *   XENT_PREFETCH 1: the next chunk (or the next row's first) is loaded while
  *               this one is reduced and written: a team's loads stay in
- *               flight through its reductions, at twice the chunk's registers
+ *               flight through its reductions, at twice the chunk's registers;
+ *               2: (fused, backward) the next row's first chunk is loaded into
+ *               the registers the row's last gradient chunk frees, item by
+ *               item as its gradient is stored: in flight through the rest
+ *               of the gradient, at no registers beyond the one chunk
  *   XENT_EVICT  1: L2 priorities for rows read twice: the first read is
  *               loaded evict-last and the second evict-first, and the
  *               gradient's stores evict first, so that what the second read
@@ -138,14 +142,17 @@
  * chunk_max takes no widened copies); and four for each edge scalar past the
  * first (a small team holds up to 2 VEC - 2 of them, with their columns). */
 #define CHUNK_WORDS (XENT_ITEMS * VWORDS)
-#define HELD_WORDS ((XENT_PREFETCH + 1) * CHUNK_WORDS)
+#define HELD_WORDS ((XENT_PREFETCH == 1 ? 2 : 1) * CHUNK_WORDS)
 #define REG_CAP ((ESIZE == 4 ? 48 + 2 * HELD_WORDS : 56 + HELD_WORDS) + 4 * (EDGES - 1))
 #define MIN_BLOCKS (65536 / (XENT_BLOCK * REG_CAP) > 0 ? 65536 / (XENT_BLOCK * REG_CAP) : 1)
 #define ROW_PASS (XENT_MODE != 2)
 
 #include "shared/checks.cuh"
-#if XENT_STASH && (XENT_PREFETCH || XENT_TPR != XENT_BLOCK || XENT_MODE != 1)
-#error "STASH takes the fused kernel, PREFETCH=0 and TPR == BLOCK"
+#if XENT_STASH && (XENT_PREFETCH == 1 || XENT_TPR != XENT_BLOCK || XENT_MODE != 1)
+#error "STASH takes the fused kernel, PREFETCH=0 or 2 and TPR == BLOCK"
+#endif
+#if XENT_PREFETCH == 2 && XENT_MODE == 0
+#error "PREFETCH=2 hands the next row to a gradient's stores: the fused kernel or the backward"
 #endif
 #if XENT_SPLIT > 1 && XENT_TPR != XENT_BLOCK
 #error "SPLIT > 1 needs TPR == BLOCK (a cluster of whole-block teams)"

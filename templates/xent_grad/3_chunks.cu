@@ -58,19 +58,30 @@ __device__ __forceinline__ void fill_missing(unsigned (&r)[VWORDS]) {
     for (int w = 0; w < VWORDS; w++) r[w] = XENT_LOGIT == 0 ? 0xff800000u : XENT_LOGIT == 1 ? 0xfc00fc00u : 0xff80ff80u;
 }
 
-__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
-    const unsigned char *p = l.x + lane_offset(l, vb, lane);
-    const int rem = lane_items(l, vb, lane);
-#pragma unroll
-    for (int i = 0; i < XENT_ITEMS; i++) {
-        if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
-        else fill_missing(ch.r[i]);
-    }
+/* Item i of a lane's share of a chunk, p its first item and rem as lane_items gives it. */
+__device__ __forceinline__ void load_item(chunk &ch, int i, const unsigned char *p, int rem, bool keep) {
+    if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
+    else fill_missing(ch.r[i]);
+}
+
+__device__ __forceinline__ void load_edges(chunk &ch, const slice &l, int lane, bool edges) {
 #pragma unroll
     for (int q = 0; q < EDGES; q++) {
         ch.ej[q] = edges ? edge_index(l, q * XENT_TPR + lane) : -1;
         ch.e[q] = ch.ej[q] >= 0 ? load_scalar(l.x, ch.ej[q]) : neg_inf();
     }
+}
+
+__device__ __forceinline__ void load_chunk(chunk &ch, const slice &l, int vb, int lane, bool edges, bool keep) {
+    const unsigned char *p = l.x + lane_offset(l, vb, lane);
+    const int rem = lane_items(l, vb, lane);
+    /* load_item's test written out: through load_item, the kernels without the handoff compiled to other code */
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        if (i * XENT_TPR < rem) load_vec(p + i * ITEM_BYTES, ch.r[i], keep);
+        else fill_missing(ch.r[i]);
+    }
+    load_edges(ch, l, lane, edges);
 }
 
 /* Whether the fused kernel reads this slice twice: it does not fit a chunk,
@@ -104,6 +115,7 @@ __device__ __forceinline__ void stash_store(const chunk &ch, const slice &l, int
 
 __device__ __forceinline__ void stash_load(chunk &ch, const slice &l, int vb, int lane) {
     const int rem = lane_items(l, vb, lane);
+    /* load_item's test written out: through load_item, the kernels without the handoff compiled to other code */
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         if (i * XENT_TPR < rem) {
@@ -142,6 +154,29 @@ __device__ __forceinline__ void load_pass1(chunk &ch, const slice &l, int vb, in
 __device__ __forceinline__ void load_next(chunk &ch, const gargs &k, long long next, int lane, bool edges) {
     const slice l = make_slice(k, next);
     load_pass1(ch, l, first_vb(l), lane, edges);
+}
+
+/* PREFETCH=2: the next row's first chunk (as load_next loads it) taken item
+ * by item into the registers that the row's last gradient chunk frees as
+ * each item is stored. The loads are in flight through the rest of the
+ * row's gradient, at no registers beyond the one chunk. */
+struct handoff {
+    slice l;
+    const unsigned char *p; /* the lane's first item */
+    int rem;
+    bool keep, edges, on;
+};
+
+__device__ __forceinline__ handoff handoff_to(const gargs &k, long long next, int lane, bool edges) {
+    handoff h;
+    h.on = next >= 0;
+    h.l = make_slice(k, h.on ? next : 0);
+    const int vb = first_vb(h.l);
+    h.p = h.l.x + lane_offset(h.l, vb, lane);
+    h.rem = lane_items(h.l, vb, lane);
+    h.keep = read_twice(h.l) && vb != h.l.v0;
+    h.edges = edges && vb == h.l.v0;
+    return h;
 }
 
 /* Element j of item i as the softmax sees it; slots past the slice are -inf

@@ -66,6 +66,24 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return w;
 }
 
+/* Item i of a lane's share of a chunk: its gradient, stored at p's item i. */
+__device__ __forceinline__ void store_item_grad(const chunk &ch, int i, unsigned char *p, int v, const slice &l,
+                                                const rowg &r, const gargs &k) {
+    unsigned o[VWORDS];
+#if XENT_LOGIT == 0
+#pragma unroll
+    for (int j = 0; j < XENT_VEC; j++)
+        o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)));
+#else
+#pragma unroll
+    for (int j = 0; j < XENT_VEC; j += 2)
+        o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
+                         grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
+#endif
+    store_vec(p + i * ITEM_BYTES, o);
+}
+
+/* The gradient of a lane's share of the chunk at vb. */
 __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
                                                  const gargs &k, bool active) {
     unsigned char *p = l.g + lane_offset(l, vb, lane);
@@ -74,22 +92,29 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
         if (!active || i * XENT_TPR >= rem) continue;
-        unsigned o[VWORDS];
-#if XENT_LOGIT == 0
-#pragma unroll
-        for (int j = 0; j < XENT_VEC; j++)
-            o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)));
-#else
-#pragma unroll
-        for (int j = 0; j < XENT_VEC; j += 2)
-            o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
-                             grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
-#endif
-        store_vec(p + i * ITEM_BYTES, o);
+        store_item_grad(ch, i, p, v, l, r, k);
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
         if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+}
+
+/* As store_chunk_grad, each item's registers then taking the next row's item
+ * (handoff h, PREFETCH=2) once its gradient is stored. */
+__device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice &l, int vb, int lane, const rowg &r,
+                                                         const gargs &k, bool active, const handoff &h) {
+    unsigned char *p = l.g + lane_offset(l, vb, lane);
+    const int rem = lane_items(l, vb, lane);
+#pragma unroll
+    for (int i = 0; i < XENT_ITEMS; i++) {
+        int v = vb + i * XENT_TPR + lane;
+        if (active && i * XENT_TPR < rem) store_item_grad(ch, i, p, v, l, r, k);
+        if (h.on) load_item(ch, i, h.p, h.rem, h.keep);
+    }
+#pragma unroll
+    for (int q = 0; q < EDGES; q++)
+        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+    if (h.on) load_edges(ch, h.l, lane, h.edges);
 }
 
 /* Whether this block's slice holds column col (edges belong to rank 0). */
@@ -100,7 +125,15 @@ __device__ __forceinline__ bool slice_holds(const slice &l, long long col) {
     return v >= l.v0 && v < l.v1;
 }
 
-__device__ __forceinline__ const double *ws_sums(const gargs &k) { return (const double *)(k.ws + 16); }
+/* The denominators xent_grad_denom sums: launched after it as a programmatic
+ * dependent (runtime/launch.c), the rows wait here for its results, the first
+ * time only in effect (a no-op once it is done, or without such a launch). */
+__device__ __forceinline__ const double *ws_sums(const gargs &k) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    return (const double *)(k.ws + 16);
+}
 
 /* The factor, A and the one-hot term of a row with target t (vocabulary
  * index) and log-sum-exp lse. */

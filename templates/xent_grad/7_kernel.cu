@@ -113,6 +113,10 @@ __launch_bounds__(XENT_BLOCK, MIN_BLOCKS) xent_grad(const gargs k) {
  * and the sum W of the class weights, by DENOM_BLOCKS blocks of 256 and the
  * last of them in a fixed order. */
 extern "C" __global__ void __launch_bounds__(256) xent_grad_denom(const gargs k) {
+#if __CUDA_ARCH__ >= 900
+    /* the rows' kernel may start now: it waits for these sums where it reads them */
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     double d = 0.0, W = 0.0;
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < k.n; i += 256ll * gridDim.x) {
         long long t = (long long)k.targets[i];

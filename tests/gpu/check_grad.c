@@ -110,6 +110,23 @@ static const gcase cases[] = {
     {"prefetch forward", 6000, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 1e-3f, 20.0f, FORWARD, 0, 0, 0,
      0, "VEC=4 TPR=64 BLOCK=64 ITEMS=4 SPLIT=1" PF},
 #undef PF
+/* PREFETCH=2: the next row handed to the last gradient chunk's registers
+ * (held rows in place, rows read twice from an offset start, a stash, warp
+ * teams of strided rows, clusters, the backward) */
+#define HO " PASSES=1 CACHE=0 TILE=0 PERSIST=0 PREFETCH=2"
+    {"handoff held bf16 in place", 3000, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 1, 0, 0, 0,
+     "VEC=8 TPR=32 BLOCK=256 ITEMS=16 SPLIT=1" HO},
+    {"handoff read twice f32 in place offset", 600, 50257, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED,
+     1, 0, 0, 1, "VEC=4 TPR=512 BLOCK=512 ITEMS=16 SPLIT=1 EVICT=1" HO},
+    {"handoff stash bf16 smooth", 300, 128256, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0.1f, 0, 0, FUSED, 0, 0, 0,
+     0, "VEC=8 TPR=512 BLOCK=512 ITEMS=16 SPLIT=1 STASH=1" HO},
+    {"handoff warp teams strided", 60000, 100, 3, XENT_F16, XENT_I32, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1" HO},
+    {"handoff cluster 4 softcap", 2000, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 20.0f, FUSED, 0, 0, 0,
+     0, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=4" HO},
+    {"handoff backward in place", 2500, 5000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 0, 0, BACKWARD, 1, 0,
+     1.5f, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" HO},
+#undef HO
     {"backward f32 mean", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0,
      NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0,

@@ -7,7 +7,8 @@
  * image (a CUBIN), a function must be named in it, a launch must have a grid,
  * a block of 1..1024 threads and a parameter array. Kernels do not run;
  * launches are counted, per function and in all, and standin_counts() gives
- * the totals to tests. Device pointers are host pointers. */
+ * the totals to tests (standin_programmatic() those launched as programmatic
+ * dependents). Device pointers are host pointers. */
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -16,7 +17,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-static atomic_long n_launches, n_modules, n_allocs, n_frees;
+static atomic_long n_launches, n_modules, n_allocs, n_frees, n_programmatic;
 
 typedef struct standin_module {
     size_t size;
@@ -41,9 +42,11 @@ EXPORT void standin_counts(long *launches, long *modules, long *allocs, long *fr
     if (frees) *frees = atomic_load(&n_frees);
 }
 
+EXPORT long standin_programmatic(void) { return atomic_load(&n_programmatic); }
+
 EXPORT CUresult cuInit(unsigned flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 EXPORT CUresult cuDriverGetVersion(int *v) {
-    *v = 12080;
+    *v = 12080; /* programmatic launches from 12030 */
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGetCount(int *n) {
@@ -184,6 +187,21 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     atomic_fetch_add(&fn->launches, 1);
     atomic_fetch_add(&n_launches, 1);
     return CUDA_SUCCESS;
+}
+
+/* As cuLaunchKernel, with the one attribute xent asks for: programmatic
+ * stream serialization (a dependent launch), counted apart. */
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    if (!cfg || (cfg->numAttrs && !cfg->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    int programmatic = 0;
+    for (unsigned i = 0; i < cfg->numAttrs; i++) {
+        if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) return CUDA_ERROR_NOT_SUPPORTED;
+        programmatic = cfg->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+    }
+    CUresult r = cuLaunchKernel(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
+                                cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+    if (r == CUDA_SUCCESS && programmatic) atomic_fetch_add(&n_programmatic, 1);
+    return r;
 }
 
 /* Device memory is host memory, 256-byte aligned as cuMemAlloc's is. */
