@@ -429,17 +429,24 @@ static const struct {
 } smem_cases[] = {{80, 163 * 1024, 1}, {86, 99 * 1024, 0},   {89, 99 * 1024, 0},
                   {90, 227 * 1024, 1}, {100, 227 * 1024, 1}, {120, 99 * 1024, 0}};
 
-START_TEST(grad_stash_needs_shared_memory) {
-    ck_assert_uint_eq(xent_arch_smem(smem_cases[_i].arch), smem_cases[_i].smem);
-    xent_problem p;
-    xent_problem_init(&p, 8192, 128256);
-    p.logits = XENT_BF16, p.op = XENT_OP_FUSED;
-    xent_config c;
+/* 8192 fused bf16 rows of c classes, and the shipped plan of 8192x128256: a
+ * 512-thread block a row, the chunks past the first stashed, the handoff. */
+static void stashed_plan(int64_t c, xent_problem *p, xent_config *cfg) {
+    xent_problem_init(p, 8192, c);
+    p->logits = XENT_BF16, p->op = XENT_OP_FUSED;
     char why[256] = "";
     ck_assert_int_eq(xent_config_parse("VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
                                        "STASH=1 PREFETCH=2",
-                                       &c, why, sizeof why),
+                                       cfg, why, sizeof why),
                      XENT_OK);
+}
+
+START_TEST(grad_stash_needs_shared_memory) {
+    ck_assert_uint_eq(xent_arch_smem(smem_cases[_i].arch), smem_cases[_i].smem);
+    xent_problem p;
+    xent_config c;
+    char why[256] = "";
+    stashed_plan(128256, &p, &c);
     ck_assert_int_eq(xent_config_arch_fits(&c, &p, smem_cases[_i].arch, why, sizeof why), smem_cases[_i].fits);
     if (!smem_cases[_i].fits) ck_assert_msg(strstr(why, "STASH needs"), "'%s' lacks 'STASH needs'", why);
     const char *what = xent_config_for_arch(&c, &p, smem_cases[_i].arch);
@@ -497,14 +504,9 @@ static const struct {
 
 START_TEST(grad_handoff_fitted_to_rows) {
     xent_problem p;
-    xent_problem_init(&p, 8192, handoff_rows[_i].c);
-    p.logits = XENT_BF16, p.op = XENT_OP_FUSED;
     xent_config c;
     char why[256] = "";
-    ck_assert_int_eq(xent_config_parse("VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 "
-                                       "STASH=1 PREFETCH=2",
-                                       &c, why, sizeof why),
-                     XENT_OK);
+    stashed_plan(handoff_rows[_i].c, &p, &c);
     xent_config_fit_rows(&c, 8192, &p, 132);
     ck_assert_int_eq(c.prefetch, handoff_rows[_i].prefetch);
     ck_assert_msg(xent_config_fits(&c, &p, why, sizeof why), "%s", why);
