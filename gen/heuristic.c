@@ -87,10 +87,7 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
 }
 
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
-    /* the handoff gained only on stashed rows: rows this entry's kernel would
-     * hold (a stash of nothing) ran 27-47% slower with it */
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->prefetch == 2 && xent_config_smem(cfg, p) == 0)
-        cfg->prefetch = 0;
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD) xent_config_drop_idle_handoff(cfg, p);
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
     xent_config fitted = *cfg;
     fit_split(&fitted, n_from, p);
@@ -153,7 +150,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
     }
     cfg->evict = xent_config_reads_twice(cfg, p);
-    cfg->prefetch = cfg->stash ? 2 : 0; /* the handoff: stashed rows only gained from it */
+    cfg->prefetch = xent_handoff_gains(cfg, p) ? 2 : 0;
     /* the backward of fp32 rows that start off a 16-byte boundary streams
      * them flat: a team a row takes scalar edges and a short last chunk
      * (16384x50257: 1654 us flat by 128 threads of 8 loads, against 1720 a

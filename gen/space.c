@@ -301,9 +301,7 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (per_thread < 8) return 0;
     if (c->tpr <= 32 && c->block != 128 && c->block != 256) return 0;
     if (c->stash && grad_stash_bytes(c, p) == 0) return 0; /* the same kernel as STASH=0 */
-    /* the handoff gained only on stashed rows (3% on long 16-bit rows); rows held
-     * in registers or read twice ran 27-47% slower with it (docs/performance.md) */
-    if (c->prefetch == 2 && !(p->op == XENT_OP_FUSED && c->stash)) return 0;
+    if (c->prefetch == 2 && !xent_handoff_gains(c, p)) return 0;
     /* POLY gains only where a fused fp32 row is held in registers; 16-bit
      * rows and rows read twice ran slower with it, the backward no faster */
     if (c->poly && (p->logits != XENT_F32 || p->op != XENT_OP_FUSED || cap < p->c || per_thread < 2 * c->poly))
@@ -517,11 +515,19 @@ int xent_config_arch_fits(const xent_config *cfg, const xent_problem *p, int arc
     return 1;
 }
 
+int xent_handoff_gains(const xent_config *cfg, const xent_problem *p) {
+    return p->op == XENT_OP_FUSED && cfg->stash && grad_stash_bytes(cfg, p) > 0;
+}
+
+void xent_config_drop_idle_handoff(xent_config *cfg, const xent_problem *p) {
+    if (cfg->prefetch == 2 && !xent_handoff_gains(cfg, p)) cfg->prefetch = 0;
+}
+
 const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
     const char *what = "";
     if (cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
         cfg->stash = 0;
-        cfg->prefetch = cfg->prefetch == 2 ? 0 : cfg->prefetch; /* the handoff goes with the stash */
+        xent_config_drop_idle_handoff(cfg, p);
         cfg->evict = xent_config_reads_twice(cfg, p);
         what = "no stash (its shared memory): the row read twice";
     }

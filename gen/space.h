@@ -161,6 +161,14 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
 /* Whether the training family's fused kernel reads p's rows twice under cfg
  * (a block's slice longer than its chunk): EVICT's rows. */
 int xent_config_reads_twice(const xent_config *cfg, const xent_problem *p);
+
+/* Whether the handoff (PREFETCH=2) can gain on p: a fused row whose stash
+ * holds something. Held rows and rows read twice ran 27-47% slower with it. */
+int xent_handoff_gains(const xent_config *cfg, const xent_problem *p);
+
+/* cfg without a handoff that cannot gain on p (an entry made for other rows,
+ * or one whose stash gave way). */
+void xent_config_drop_idle_handoff(xent_config *cfg, const xent_problem *p);
 /* A config tuned for other rows (the nearest entry's, of n_from rows; 0:
  * unknown), fitted to p's: its segments a row scaled so that rows x segments
  * stay about the entry's (split rows only), its vector narrowed to the one

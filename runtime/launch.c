@@ -112,10 +112,7 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
     if (plan->fn_denom)
         r = ctx->drv->LaunchKernel(plan->fn_denom, plan->denom_grid, 1, 1, 256, 1, 1, 0, stream, params, NULL);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuLaunchKernel", r);
-    if (plan->fn_denom && ctx->drv->LaunchKernelEx && ctx->arch >= 90) {
-        /* Programmatic dependent launch: the rows start while the denominators
-         * are summed (their kernel lets them launch at once), and wait for
-         * them (griddepcontrol.wait) only before their first gradient. */
+    if (plan->dependent) {
         CUlaunchAttribute early = {0};
         early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         early.value.programmaticStreamSerializationAllowed = 1;

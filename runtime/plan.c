@@ -139,6 +139,10 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
         if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_grad_denom)", r);
         long long g = (p->n + 255) / 256;
         plan->denom_grid = (unsigned)min_ll(g > 0 ? g : 1, GRAD_DENOM_BLOCKS);
+        /* the rows start while the denominators are summed, and wait for them
+         * (griddepcontrol.wait) only where they first read them: sm_90 and a
+         * driver that has the launch (runtime/driver.c) */
+        plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;
     }
     /* Past 48 KB with the static shared memory, a block's dynamic shared
      * memory (TILE's rows, STASH's chunks) must be opted in to, or the launch fails. */

@@ -24,6 +24,7 @@ struct xent_plan {
     CUfunction fn_denom;        /* xent_grad: the weight sums a gradient needs first, or NULL */
     unsigned grid, block, smem; /* smem: dynamic shared memory bytes */
     unsigned denom_grid;
+    int dependent;              /* the rows launched as a programmatic dependent of fn_denom */
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;
