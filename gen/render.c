@@ -122,6 +122,7 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
     fprintf(f, "#define XENT_WEIGHTS %d\n#define XENT_SMOOTHING %d\n#define XENT_LSE %d\n", p->has_weights ? 1 : 0,
             p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
     if (p->c <= FIXED_C_MAX && !grad) fprintf(f, "#define XENT_C %d\n", (int)p->c);
+    if (!grad && xent_fwd_one_block(cfg, p)) fprintf(f, "#define XENT_ONE_BLOCK 1\n");
     if (fclose(f)) {
         free(buf);
         return NULL;

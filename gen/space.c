@@ -350,6 +350,18 @@ long long xent_persistent_grid(long long groups, long long resident, int persist
     return (groups + rounds - 1) / rounds;
 }
 
+long long xent_fwd_groups(const xent_config *cfg, const xent_problem *p) {
+    long long teams = cfg->block / cfg->tpr;
+    return (p->n * cfg->split + teams - 1) / teams;
+}
+
+/* One group is one block whatever PERSIST (xent_persistent_grid never gives
+ * fewer blocks than groups up to a round), so the define is the problem's. */
+int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p) {
+    return xent_problem_family(p) == XENT_FAMILY_FWD && p->reduction != XENT_REDUCE_NONE && cfg->split == 1 &&
+           xent_fwd_groups(cfg, p) == 1;
+}
+
 int xent_config_same_kernel(const xent_config *a, const xent_config *b) {
     xent_config x = *a, y = *b;
     x.persist = y.persist = 0;

@@ -117,6 +117,11 @@ const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int ar
  * round and less than two, which take 3's two even rounds instead of a
  * second, partial round of blocks (412 groups over 396: 206 blocks). */
 long long xent_persistent_grid(long long groups, long long resident, int persist);
+/* Item groups of a forward launch of cfg over p: a block's teams take one a round. */
+long long xent_fwd_groups(const xent_config *cfg, const xent_problem *p);
+/* Nonzero when cfg's forward launch over p is one block that finishes a sum
+ * or mean of whole rows: its kernel is compiled for that (XENT_ONE_BLOCK). */
+int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p);
 /* Nonzero when a and b differ at most in a static PERSIST (0, 1 or 3): the
  * same kernel, so that the same grid is the same launch. */
 int xent_config_same_kernel(const xent_config *a, const xent_config *b);

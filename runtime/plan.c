@@ -95,9 +95,7 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
 int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, const xent_config *cfg, unsigned *grid,
                       size_t *workspace) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) return grad_launch_shape(ctx, fn, p, cfg, grid, workspace);
-    long long teams = cfg->block / cfg->tpr;
-    long long groups = (p->n * cfg->split + teams - 1) / teams;
-    long long resident;
+    long long groups = xent_fwd_groups(cfg, p), resident;
     int rc = resident_blocks(ctx, fn, p, cfg, &resident);
     if (rc) return rc;
     groups = xent_persistent_grid(groups, resident, cfg->persist);

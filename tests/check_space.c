@@ -427,6 +427,53 @@ START_TEST(defines_follow_the_problem) {
 }
 END_TEST
 
+/* XENT_ONE_BLOCK is rendered exactly for a sum or mean of whole rows whose
+ * teams take them all in one block: as many rows as teams, whatever PERSIST. */
+START_TEST(one_block_define_follows_the_launch) {
+    static const struct {
+        const char *cfg;
+        long long n;
+        xent_reduction red;
+        int grad, one;
+    } cases[] = {
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, XENT_REDUCE_MEAN, 0,
+         1}, /* 4 teams, 4 rows */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 5, XENT_REDUCE_MEAN, 0,
+         0}, /* a fifth row: 2 blocks */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", 1, XENT_REDUCE_SUM, 0, 1},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, XENT_REDUCE_NONE, 0,
+         0}, /* no finish */
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, XENT_REDUCE_MEAN, 0,
+         1}, /* a block a row */
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, XENT_REDUCE_MEAN, 0, 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 1, XENT_REDUCE_MEAN, 0,
+         0}, /* split rows finish apart */
+        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 128, XENT_REDUCE_MEAN, 0, 1},
+        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 129, XENT_REDUCE_MEAN, 0, 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, XENT_REDUCE_MEAN, 1,
+         0}, /* the training kernels */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        xent_config c;
+        char why[200];
+        ck_assert_msg(xent_config_parse(cases[i].cfg, &c, why, sizeof why) == XENT_OK, "%s: %s", cases[i].cfg, why);
+        xent_problem p;
+        xent_problem_init(&p, cases[i].n, 1000);
+        p.reduction = cases[i].red;
+        if (cases[i].grad) p.op = XENT_OP_FUSED;
+        ck_assert_int_eq(!!xent_fwd_one_block(&c, &p), cases[i].one);
+        char *d = xent_render_defines(&c, &p);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_msg(!strstr(d, "#define XENT_ONE_BLOCK 1\n") == !cases[i].one, "case %zu: %s", i, d);
+        free(d);
+        if (!cases[i].grad && c.split == 1) /* one group is one block, and more are more */
+            for (int persist = 0; persist <= 3; persist += persist ? 2 : 1)
+                ck_assert_int_eq(xent_persistent_grid(xent_fwd_groups(&c, &p), 528, persist) == 1,
+                                 cases[i].one || (cases[i].red == XENT_REDUCE_NONE && xent_fwd_groups(&c, &p) == 1));
+    }
+}
+END_TEST
+
 /* Only split rows need the per-row workspace: unsplit configs fit however many
  * rows there are, the tuner lists candidates and the heuristic's config fits. */
 START_TEST(many_rows_fit_unsplit) {
@@ -733,6 +780,7 @@ int main(void) {
     tcase_add_test(tc, heuristic_is_legal_and_covers_rows);
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
+    tcase_add_test(tc, one_block_define_follows_the_launch);
     tcase_add_test(tc, retired_persist_refused);
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);

@@ -38,6 +38,9 @@
  *   XENT_C       the class count, rendered for small c only (gen/render.c): tiny rows are
  *                instruction bound, and a constant c drops the items no row can fill and
  *                unrolls the per-row loops exactly. The argument c must equal it
+ *   XENT_ONE_BLOCK 1 for a sum or mean of whole rows whose launch is one block (gen/render.c):
+ *                that block writes the loss from its own sums (finish_reduction). The grid
+ *                must be one block
  * Launch parameters (not compiled in): split (teams per row; > 1 under
  * XENT_SEGMENTED, 1 otherwise) and the grid size.
  *
@@ -79,6 +82,9 @@
 #endif
 #ifndef XENT_SEGMENTED
 #define XENT_SEGMENTED 0
+#endif
+#ifndef XENT_ONE_BLOCK
+#define XENT_ONE_BLOCK 0
 #endif
 #define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
 #include "shared/problem.cuh"

@@ -194,6 +194,14 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
 /* Last-block reduction of the per-block partials into the scalar loss, in a
  * fixed order. */
 __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss, unsigned char *ws) {
+#if XENT_ONE_BLOCK
+    /* The grid's only block: its sums are the loss, written without publishing
+     * them, counting an arrival and reading them back (two L2 round trips).
+     * The same bits: the last block's pass over one partial adds zeros to it. */
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    if (threadIdx.x == 0) write_loss(loss, loss_acc, weight_acc);
+    (void)ws;
+#else
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double2 *parts = (double2 *)(ws + 16);
@@ -212,6 +220,7 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
         write_loss(loss, l, wsum);
         *ticket = 0u;
     }
+#endif
 }
 #endif
 

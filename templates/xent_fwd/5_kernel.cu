@@ -241,6 +241,9 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #endif
     if ((split > 1) != XENT_SEGMENTED) __trap(); /* compiled for whole rows, launched split, or the reverse */
     if (!XENT_SEGMENTED) split = 1;               /* a constant, for the compiler */
+#if XENT_ONE_BLOCK
+    if (gridDim.x != 1) __trap(); /* compiled for a one-block launch: several blocks would each write the loss */
+#endif
     const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Whether a template change leaves the shipped entries' kernels as they were: compiles every entry of a
+tune-cache export at its own problem with two builds of xent-tune (each into a kernel cache of its own,
+no GPU needed) and compares the kernels' SASS (nvdisasm), matched on their rendered defines.
+
+    tools/same-sass.py OLD_XENT_TUNE NEW_XENT_TUNE [--cache tunecache/h200.sql] [--family xent_fwd]
+
+OLD_XENT_TUNE is a build of the templates before the change (e.g. `git worktree add /tmp/old HEAD &&
+make -C /tmp/old build/xent-tune`). Prints a line a kernel that differs or exists in one build only, then
+the counts; exits 0 when every kernel both builds compile is the same. Entries whose kernels are the
+same may be restamped rather than retuned (docs/cache.md). nvdisasm: $NVDISASM, else on PATH, else
+$CUDA/bin (default /usr/local/cuda).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+OPTIONS = [(1, ["--weights"]), (2, ["--label-smoothing", "0.1"]), (4, ["--lse"]), (16, ["--z-loss", "0.001"]),
+           (32, ["--softcap", "30"])]  # TC_OPT_* bits; STRIDED (8) pads the rows, SHARD (64) is not shipped
+OPS = {"xent_fwd": "forward", "xent_grad/fused": "fused", "xent_grad/bwd": "backward"}
+
+
+def entry_args(e):
+    args = ["--shape", "%dx%d" % (e["n"], e["c"]), "--dtype", e["dtype"], "--targets", e["targets"],
+            "--reduction", e["reduction"], "--op", OPS[e["family"]], "--config", e["config"]]
+    for bit, flags in OPTIONS:
+        if e["options"] & bit:
+            args += flags
+    if e["options"] & 8:
+        args += ["--row-stride", str(e["c"] + 8)]
+    return args
+
+
+def compile_all(tune, entries, gpu, folder):
+    def one(e):
+        env = dict(os.environ, XENT_KERNEL_CACHE=folder)
+        p = subprocess.run([tune, "--compile-only", "-q", "--gpu", gpu] + entry_args(e), env=env,
+                           capture_output=True, text=True)
+        return None if p.returncode == 0 else "%s: %s" % (" ".join(entry_args(e)), p.stderr.strip()[-300:])
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+        return [f for f in pool.map(one, entries) if f]
+
+
+def kernels(folder):
+    """defines -> the CUBIN of every kernel-cache file (XENTKRN2, key length, key, counters, CUBIN)."""
+    out = {}
+    for name in os.listdir(folder):
+        if not name.endswith(".cubin"):
+            continue
+        data = open(os.path.join(folder, name), "rb").read()
+        if data[:8] != b"XENTKRN2":
+            continue
+        klen = struct.unpack("<Q", data[8:16])[0]
+        key = data[16:16 + klen].decode()
+        out[key.split("template=")[0]] = data[data.index(b"\x7fELF", 16 + klen):]
+    return out
+
+
+def sass(nvdisasm, cubin):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--cache", default="tunecache/h200.sql", help="an export (xent-tune export)")
+    ap.add_argument("--family", default="xent_fwd", help="xent_fwd, xent_grad or all (default xent_fwd)")
+    a = ap.parse_args()
+    nvdisasm = (os.environ.get("NVDISASM") or shutil.which("nvdisasm") or
+                os.path.join(os.environ.get("CUDA", "/usr/local/cuda"), "bin", "nvdisasm"))
+    if not os.path.exists(nvdisasm):
+        sys.exit("same-sass: no nvdisasm (set NVDISASM; pip's nvidia-cuda-nvdisasm wheel has one)")
+    gpu = os.path.basename(a.cache).split(".")[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "cache.db")
+        subprocess.run([a.new, "import", a.cache, "--db", db], check=True, capture_output=True)
+        shown = subprocess.run([a.new, "show", "--db", db, "--json"], check=True, capture_output=True, text=True)
+        entries = [e for e in json.loads(shown.stdout)["entries"]
+                   if a.family == "all" or e["family"].split("/")[0] == a.family]
+        found = {}
+        for label, tune in (("old", a.old), ("new", a.new)):
+            folder = os.path.join(tmp, label)
+            os.mkdir(folder)
+            failed = compile_all(tune, entries, gpu, folder)
+            for f in failed:
+                print("%s build failed: %s" % (label, f))
+            found[label] = kernels(folder)
+            print("%s: %d entries, %d kernels" % (label, len(entries), len(found[label])), file=sys.stderr)
+    old, new = found["old"], found["new"]
+    differ = [k for k in sorted(set(old) & set(new)) if sass(nvdisasm, old[k]) != sass(nvdisasm, new[k])]
+    for k in differ:
+        print("differs:", k.replace("\n", " ").strip())
+    for label, only in (("old", set(old) - set(new)), ("new", set(new) - set(old))):
+        for k in sorted(only):
+            print("only %s:" % label, k.replace("\n", " ").strip())
+    same = len(set(old) & set(new)) - len(differ)
+    print("%d kernels the same, %d differ, %d only old, %d only new" %
+          (same, len(differ), len(set(old) - set(new)), len(set(new) - set(old))))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
