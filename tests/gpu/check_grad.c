@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#include "tests/files.h"
 #include "tests/rand.h"
 #include "tests/run_suite.h"
 #include "tune/reference.h"
@@ -329,6 +330,8 @@ static void run_op(const gcase *k, xent_problem p, const dev *d, xent_op op, con
 static size_t nloss(const gcase *k) { return k->red == XENT_REDUCE_NONE ? (size_t)k->n : 1; }
 
 static void check_case(const gcase *k) {
+    const double t0 = now_s();
+    double gerr = -1.0, lerr = -1.0;
     inputs in;
     make_inputs(k, G.seed + (uint64_t)(k - cases) * 7919, &in);
     const int64_t n = k->n, c = k->c;
@@ -419,21 +422,25 @@ static void check_case(const gcase *k) {
     }
     if (k->kind != FORWARD) {
         void *g = host_copy(k->inplace ? d.logits : d.grad, in.lbytes);
-        double e = grad_err(k, &in, g, gref);
-        ck_assert_msg(e <= grad_tol(k->dt), "%s: gradient error %.3g > %.1g", k->name, e, grad_tol(k->dt));
-        printf("  %-32s gradient error %.2e\n", k->name, e);
+        gerr = grad_err(k, &in, g, gref);
+        ck_assert_msg(gerr <= grad_tol(k->dt), "%s: gradient error %.3g > %.1g", k->name, gerr, grad_tol(k->dt));
         free(g);
     }
     if (k->kind != BACKWARD && k->kind != RESCALE) {
         float *loss = host_copy(d.loss, nloss(k) * 4);
-        double e = vec_err(loss, lref, (int64_t)nloss(k));
-        ck_assert_msg(e <= 1e-5, "%s: loss error %.3g (got %g, want %g)", k->name, e, loss[0], lref[0]);
+        lerr = vec_err(loss, lref, (int64_t)nloss(k));
+        ck_assert_msg(lerr <= 1e-5, "%s: loss error %.3g (got %g, want %g)", k->name, lerr, loss[0], lref[0]);
         free(loss);
         float *lse = host_copy(d.lse, (size_t)n * 4);
-        e = vec_err(lse, lseref, n);
+        double e = vec_err(lse, lseref, n);
         ck_assert_msg(e <= 1e-5, "%s: lse error %.3g", k->name, e);
         free(lse);
     }
+    /* a case's time is mostly its kernels' compiles where the kernel cache lacks them */
+    char gtext[16] = "-", ltext[16] = "-";
+    if (gerr >= 0) snprintf(gtext, sizeof gtext, "%.2e", gerr);
+    if (lerr >= 0) snprintf(ltext, sizeof ltext, "%.2e", lerr);
+    printf("  %-38s gradient error %-9s loss error %-9s %.1f s\n", k->name, gtext, ltext, now_s() - t0);
     CUdeviceptr all[] = {d.logits, d.targets, d.weights, d.loss, d.lse, d.grad, d.dloss, d.stats};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) G.d->MemFree(all[i]);
     free(in.logits);
