@@ -545,6 +545,49 @@ START_TEST(test_large_offsets) {
 }
 END_TEST
 
+/* A sum or mean whose launch is one block (XENT_ONE_BLOCK: the block writes
+ * the loss from its own sums) and the same config one row past it (two
+ * blocks: the published partials): warp teams, a block a row, a thread a row
+ * over staged tiles; each dtype, options, ignored rows, a caller's workspace
+ * (left zeroed), relaunches bitwise equal. */
+START_TEST(test_one_block) {
+    static const struct {
+        const char *cfg;
+        int64_t rows, c; /* rows: as many as one block's teams */
+    } plans[] = {
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", 4, 300},
+        {"VEC=2 TPR=8 BLOCK=256 ITEMS=2 PASSES=2 CACHE=1 SPLIT=1 PERSIST=0", 32, 77},
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3", 1, 5000},
+        {"VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 128, 7},
+    };
+    int ok = 0, total = 0;
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
+        for (int extra = 0; extra < 2; extra++)
+            for (int k = 0; k < 6; k++) {
+                spec sp;
+                spec_init(&sp, "one block", plans[i].rows + extra, plans[i].c);
+                sp.dt = (xent_dtype)((k + (int)i) % 3);
+                sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
+                sp.weights = k / 2 == 1;
+                sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
+                sp.lse = k == 3;
+                sp.p_ignore = k == 4 ? 0.3 : 0.0;
+                sp.own_ws = k % 3 == 0;
+                sp.repeat = 2;
+                xent_problem p;
+                xent_config cfg;
+                char why[256];
+                spec_problem(&sp, &p);
+                ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
+                ck_assert_int_eq(xent_fwd_one_block(&cfg, &p), !extra);
+                sp.cfg = &cfg;
+                ok += run_check(&sp);
+                total++;
+            }
+    ck_assert_msg(ok == total, "%d of %d one-block checks failed", total - ok, total);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Bad targets                                                              */
 /* ------------------------------------------------------------------------ */
@@ -1005,6 +1048,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc[3], test_all_ignored);
     tcase_add_test(tc[3], test_large_offsets);
     tcase_add_test(tc[3], test_bad_targets);
+    tcase_add_test(tc[3], test_one_block);
     tcase_add_test(tc[4], test_determinism);
     tcase_add_test(tc[7], test_split_smoothing);
     tcase_add_loop_test(tc[5], test_sweep, 0, 3);
