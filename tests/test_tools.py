@@ -1,0 +1,96 @@
+"""CPU tests of the kernel-cache tools in tools/: recompile-kernels.py makes a folder compiled ahead
+again from its kernels' defines; same-sass.py matches two folders' kernels on them.
+
+    python3 -m pytest -q tests/test_tools.py      (after make: it runs build/xent-tune)
+
+No GPU: the kernels are compiled by `xent-tune --compile-only`.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TUNE = os.path.join(ROOT, "build", "xent-tune")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), os.path.join(ROOT, "tools", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+recompile = load("recompile-kernels")
+same_sass = load("same-sass")
+needs_tune = pytest.mark.skipif(not os.access(TUNE, os.X_OK), reason="build/xent-tune not built (make)")
+
+# one kernel of each kind the tools must take back: split rows, a compiled-in class count with a
+# tile and the options, a one-block launch, the training family's fused kernel
+KINDS = [
+    (["--shape", "8x100000", "--dtype", "f32"], "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0"),
+    (["--shape", "3000x20", "--dtype", "bf16", "--targets", "i32", "--reduction", "sum", "--weights",
+      "--label-smoothing", "0.1", "--lse"], "VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0"),
+    (["--shape", "2x500", "--dtype", "f16"], "VEC=8 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"),
+    (["--shape", "300x4096", "--dtype", "bf16", "--op", "fused"],
+     "VEC=8 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"),
+]
+
+
+def compile_into(folder, kind, config):
+    env = dict(os.environ, XENT_KERNEL_CACHE=str(folder))
+    p = subprocess.run([TUNE, "--compile-only", "-q", "--gpu", "h200"] + kind + ["--config", config], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def defines(folder):
+    return {recompile.defines_of(os.path.join(folder, f))[0] for f in os.listdir(folder) if f.endswith(".cubin")}
+
+
+@needs_tune
+def test_a_folder_is_made_again_kernel_for_kernel(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    for kind, config in KINDS:
+        compile_into(old, kind, config)
+    want = defines(old)
+    assert len(want) == len(KINDS)
+    assert any("#define XENT_ONE_BLOCK 1\n" in d for d in want)  # 2 rows, 4 teams a block
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "recompile-kernels.py"), str(old), str(new),
+                        "--tune", TUNE], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "%d of %d kernels made again" % (len(KINDS), len(KINDS)) in p.stdout
+    assert defines(new) == want
+    # the kernels match on their defines: what same-sass.py compares
+    assert set(same_sass.kernels(str(old))) == set(same_sass.kernels(str(new))) == want
+
+
+@pytest.mark.parametrize("given, kind, config", [
+    ({"VEC": 4, "TPR": 32, "BLOCK": 128, "ITEMS": 8, "PASSES": 1, "CACHE": 0, "TILE": 0, "POLY": 0, "SEGMENTED": 1,
+      "LOGIT": 0, "TARGET": 1, "REDUCTION": 2, "WEIGHTS": 0, "SMOOTHING": 0, "LSE": 0},
+     ["--shape", "4096x100000", "--dtype", "f32", "--targets", "i64", "--reduction", "mean"],
+     "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0 POLY=0"),
+    ({"VEC": 8, "TPR": 8, "BLOCK": 128, "ITEMS": 2, "PASSES": 2, "CACHE": 1, "TILE": 0, "POLY": 0, "SEGMENTED": 0,
+      "LOGIT": 1, "TARGET": 0, "REDUCTION": 1, "WEIGHTS": 1, "SMOOTHING": 1, "LSE": 1, "C": 77, "ONE_BLOCK": 1},
+     ["--shape", "1x77", "--dtype", "f16", "--targets", "i32", "--reduction", "sum", "--weights",
+      "--label-smoothing", "0.1", "--lse"],
+     "VEC=8 TPR=8 BLOCK=128 ITEMS=2 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0 POLY=0"),
+    ({"VEC": 4, "TPR": 512, "BLOCK": 512, "ITEMS": 16, "CACHE": 0, "SPLIT": 1, "PREFETCH": 2, "POLY": 0, "EVICT": 0,
+      "STASH": 1, "FLAT": 0, "MODE": 1, "ZLOSS": 1, "SOFTCAP": 0, "SHARD": 0, "LOGIT": 0, "TARGET": 1, "REDUCTION": 2,
+      "WEIGHTS": 0, "SMOOTHING": 0, "LSE": 0},
+     ["--shape", "4096x50257", "--dtype", "f32", "--targets", "i64", "--reduction", "mean", "--op", "fused",
+      "--z-loss", "0.001"],
+     "VEC=4 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=2 POLY=0 EVICT=0 STASH=1 "
+     "FLAT=0"),
+    ({"VEC": 4, "TPR": 256, "BLOCK": 256, "ITEMS": 8, "CACHE": 0, "SPLIT": 1, "PREFETCH": 0, "POLY": 0, "EVICT": 0,
+      "STASH": 0, "FLAT": 0, "MODE": 0, "ZLOSS": 0, "SOFTCAP": 0, "SHARD": 1, "LOGIT": 0, "TARGET": 1, "REDUCTION": 2,
+      "WEIGHTS": 0, "SMOOTHING": 0, "LSE": 0}, None, None),  # a shard: left to the GPU machine
+])
+def test_defines_give_back_a_problem_and_config(given, kind, config):
+    got = recompile.kind_and_config(given)
+    if kind is None:
+        assert got is None
+    else:
+        assert got == (tuple(kind), config)
