@@ -30,10 +30,12 @@ needs_tune = pytest.mark.skipif(not os.access(TUNE, os.X_OK), reason="build/xent
 # one kernel of each kind the tools must take back: split rows, a compiled-in class count with a
 # tile and the options, a one-block launch, the training family's fused kernel
 KINDS = [
-    (["--shape", "8x100000", "--dtype", "f32"], "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0"),
+    (["--shape", "8x100000", "--dtype", "f32"],
+     "VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=8 PERSIST=0"),
     (["--shape", "3000x20", "--dtype", "bf16", "--targets", "i32", "--reduction", "sum", "--weights",
       "--label-smoothing", "0.1", "--lse"], "VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0"),
-    (["--shape", "2x500", "--dtype", "f16"], "VEC=8 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"),
+    (["--shape", "2x500", "--dtype", "f16"],
+     "VEC=8 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"),
     (["--shape", "300x4096", "--dtype", "bf16", "--op", "fused"],
      "VEC=8 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"),
 ]
