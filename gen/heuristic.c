@@ -79,9 +79,8 @@ static void fit_split(xent_config *cfg, int64_t n_from, const xent_problem *p) {
 static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
     /* a warp team stays within its block: BLOCK is 64 or more */
     if (p->logits == XENT_F32 || sm_count <= 0 || cfg->split > 1 || cfg->items < 2 || 2 * cfg->tpr > 32) return;
-    if (2L * cfg->tpr > xent_pow2_ceil(xent_seg_vectors(cfg, p))) return; /* lanes would idle */
-    int64_t rows = cfg->block / cfg->tpr, blocks = (p->n + rows - 1) / rows;
-    if (10 * blocks >= (int64_t)FEW_BLOCKS_PER_SM_X10 * sm_count) return;
+    if (2L * cfg->tpr > xent_pow2_ceil(xent_seg_vectors(cfg, p))) return;                  /* lanes would idle */
+    if (10 * xent_fwd_groups(cfg, p) >= (int64_t)FEW_BLOCKS_PER_SM_X10 * sm_count) return; /* a block a group */
     cfg->tpr *= 2;
     cfg->items /= 2;
 }

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUNE = os.path.join(ROOT, "build", "xent-tune")
+sys.path.insert(0, os.path.join(ROOT, "tools"))  # the tools' shared reader, kcache_file
 
 
 def load(name):

@@ -14,9 +14,10 @@ folder's defines are checked against the old one's: the script says which it cou
 import argparse
 import collections
 import os
-import struct
 import subprocess
 import sys
+
+import kcache_file
 
 DTYPES = {0: "f32", 1: "f16", 2: "bf16"}
 TARGETS = {0: "i32", 1: "i64"}
@@ -26,19 +27,9 @@ CHUNK = 64  # xent-tune takes at most 64 --config
 
 
 def defines_of(path):
-    """The rendered defines of a kernel-cache file (XENTKRN2, key length, key, ...), or None."""
-    with open(path, "rb") as f:
-        head = f.read(16)
-        if head[:8] != b"XENTKRN2":
-            return None
-        key = f.read(struct.unpack("<Q", head[8:16])[0]).decode()
-    text = key.split("template=")[0]
-    d = collections.OrderedDict()
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "#define" and parts[1].startswith("XENT_"):
-            d[parts[1][5:]] = int(parts[2])
-    return text, d
+    """The rendered defines of a kernel-cache file, as text and as a dict, or None."""
+    got = kcache_file.read(path)
+    return (got[0], kcache_file.defines(got[0])) if got else None
 
 
 def kind_and_config(d):

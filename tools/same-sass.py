@@ -16,10 +16,11 @@ import concurrent.futures
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
+
+import kcache_file
 
 OPTIONS = [(1, ["--weights"]), (2, ["--label-smoothing", "0.1"]), (4, ["--lse"]), (16, ["--z-loss", "0.001"]),
            (32, ["--softcap", "30"])]  # TC_OPT_* bits; STRIDED (8) pads the rows, SHARD (64) is not shipped
@@ -48,18 +49,9 @@ def compile_all(tune, entries, gpu, folder):
 
 
 def kernels(folder):
-    """defines -> the CUBIN of every kernel-cache file (XENTKRN2, key length, key, counters, CUBIN)."""
-    out = {}
-    for name in os.listdir(folder):
-        if not name.endswith(".cubin"):
-            continue
-        data = open(os.path.join(folder, name), "rb").read()
-        if data[:8] != b"XENTKRN2":
-            continue
-        klen = struct.unpack("<Q", data[8:16])[0]
-        key = data[16:16 + klen].decode()
-        out[key.split("template=")[0]] = data[data.index(b"\x7fELF", 16 + klen):]
-    return out
+    """defines -> the CUBIN of every kernel-cache file of a folder."""
+    found = (kcache_file.read(os.path.join(folder, name)) for name in os.listdir(folder) if name.endswith(".cubin"))
+    return dict(got for got in found if got)
 
 
 def sass(nvdisasm, cubin):
