@@ -85,6 +85,49 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
     cfg->items /= 2;
 }
 
+/* Bytes of logits up to which a sum or mean takes one block (below). */
+#define ONE_BLOCK_MAX_BYTES 16384
+
+static long pow2_floor(long x) {
+    long p = 1;
+    while (2 * p <= x) p <<= 1;
+    return p;
+}
+
+/* A sum or mean of a few KB takes one block where its rows fit one: that
+ * block writes the loss from its own sums (XENT_ONE_BLOCK), without the
+ * arrival and the read back of every block's partial that cost 1-2 us of a
+ * launch of a few. Its rows go to teams narrowed until the block holds them
+ * all, a team holding its row in one chunk, so that the block loads the
+ * whole problem in one round; a block of up to 512 threads where 128 do not
+ * hold them. On the H100, 25x175 f16 with weights ran 5.6 us on 7 blocks of
+ * warp teams and 3.8 on one block of 4-lane teams; 5x249 f16 5.8 on 2 blocks
+ * and 3.7 on one (docs/random-problems.md). The bound keeps to problems the
+ * block loads in one round of a few KB: 13x8296 bf16 (216 KB) ran faster on
+ * 26 blocks than on 13. */
+static void fit_one_block(xent_config *cfg, const xent_problem *p) {
+    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    if (p->reduction == XENT_REDUCE_NONE || cfg->split != 1 || cfg->tile || xent_fwd_groups(cfg, p) == 1 ||
+        p->n * stride * xent_dtype_size(p->logits) > ONE_BLOCK_MAX_BYTES)
+        return;
+    for (int block = cfg->block < 128 ? 128 : cfg->block; block <= 512; block *= 2) {
+        xent_config one = *cfg;
+        long tpr = pow2_floor(block / p->n); /* teams of a block: at least n */
+        if (tpr > 32) tpr = 32;              /* a team narrower than its block is a warp or less */
+        if (tpr > cfg->tpr) tpr = cfg->tpr;
+        long nv = (p->c + one.vec - 1) / one.vec, items = xent_pow2_ceil((nv + tpr - 1) / tpr);
+        if (items * one.vec > xent_chunk_limit(block)) continue;
+        one.block = block;
+        one.tpr = (int)tpr;
+        one.items = (int)items;
+        one.poly = 0; /* a block of a few KB is paced by its issue, which the polynomial adds to */
+        if (xent_fwd_one_block(&one, p) && xent_config_fits(&one, p, NULL, 0)) {
+            *cfg = one;
+            return;
+        }
+    }
+}
+
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) xent_config_drop_idle_handoff(cfg, p);
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
@@ -99,6 +142,7 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     fit_team(&fitted, p);
     fit_chunks(&fitted, p);
     widen_team(&fitted, p, sm_count);
+    fit_one_block(&fitted, p);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
@@ -325,12 +369,6 @@ static const heur_cell *heur_find(const xent_problem *p, int sm_count) {
     return NULL;
 }
 
-static long pow2_floor(long x) {
-    long p = 1;
-    while (2 * p <= x) p <<= 1;
-    return p;
-}
-
 /* A cell's chunk bytes as loads of this VEC, within a thread's registers. */
 static int heur_items(const heur_cell *h, const xent_config *cfg, xent_dtype d) {
     if (cfg->tile) return 1;
@@ -380,6 +418,6 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
         grad_heuristic(p, cfg);
         return;
     }
-    if (table_heuristic(p, sm_count, cfg) && xent_config_fits(cfg, p, NULL, 0)) return;
-    rule_heuristic(p, sm_count, cfg);
+    if (!table_heuristic(p, sm_count, cfg) || !xent_config_fits(cfg, p, NULL, 0)) rule_heuristic(p, sm_count, cfg);
+    fit_one_block(cfg, p);
 }

@@ -587,6 +587,7 @@ typedef struct fit_case {
     xent_op op;
     const char *config, *want;
     int64_t n_from; /* the entry's rows; 0: the same as the problem's */
+    int none;       /* 1: reduction none (else the mean) */
 } fit_case;
 
 #define FIT_FROM "VEC=4 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
@@ -625,9 +626,24 @@ static const fit_case fit_cases[] = {
     /* rows past 8 KB */
     {4096, 2049, 2049, XENT_F32, XENT_OP_FORWARD, FIT_FROM, FIT_FROM, 0},
     /* a team wider than the row, a chunk longer than a lane's share */
-    {5, 249, 249, XENT_F16, XENT_OP_FORWARD,
+    {600, 249, 249, XENT_F16, XENT_OP_FORWARD,
      "VEC=8 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=2 TPR=128 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    /* a sum or mean of a few KB whose rows fit one block takes one: teams
+     * narrowed until the block holds every row, each row one chunk; a wider
+     * block where 128 threads do not hold them; reduction none keeps its blocks */
+    {5, 249, 249, XENT_F16, XENT_OP_FORWARD,
+     "VEC=8 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=2 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {25, 175, 175, XENT_F16, XENT_OP_FORWARD,
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=4",
+     "VEC=2 TPR=4 BLOCK=128 ITEMS=32 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0},
+    {200, 16, 16, XENT_F32, XENT_OP_FORWARD,
+     "VEC=4 TPR=4 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+     "VEC=4 TPR=1 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
+    {25, 175, 175, XENT_F16, XENT_OP_FORWARD,
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, 1},
     {367696, 217, 217, XENT_BF16, XENT_OP_FORWARD,
      "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=2 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
@@ -687,6 +703,7 @@ START_TEST(fit_rows_to_the_problem) {
     p.row_stride = t->stride;
     p.logits = t->d;
     p.op = t->op;
+    if (t->none) p.reduction = XENT_REDUCE_NONE;
     ck_assert_msg(xent_config_parse(t->config, &got, why, sizeof why) == XENT_OK, "%s", why);
     xent_config_fit_rows(&got, t->n_from ? t->n_from : t->n, &p, 132);
     assert_config_is(&got, t->want, &p);
