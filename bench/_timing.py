@@ -1,6 +1,6 @@
 """The benches' back-to-back timer: CUDA events around rounds of back-to-back calls.
 
-Used by bench_train.py, host_profile.py and vocab_parallel.py (bench.py interleaves
+Used by bench_train.py, host_profile.py, vocab_parallel.py and few_rows_probe.py (bench.py interleaves
 implementations and sleeps the GPU ahead of its calls, and keeps its own).
 """
 import statistics

@@ -23,10 +23,11 @@ leave uneven; "publish" (segments that publish and leave) times the read and the
 reductions without any combine, so that arrive - publish is what this probe's combine costs.
 """
 import argparse
-import statistics
 
 import cupy as cp
 import torch
+
+from _timing import back_to_back_us  # bench/, the script's own folder, is on sys.path
 
 SRC = r"""
 #define BLOCK 256
@@ -196,19 +197,10 @@ cluster(const float *x, long long c, int n, int S, const long long *tg, float2 *
 """
 
 
-def timeit(fn, reps=200, batches=5):
+def timeit(fn):
+    """Median µs a launch: 5 rounds of 200 back to back (bench/_timing.py), after a first launch."""
     fn()
-    cp.cuda.Device().synchronize()
-    out = []
-    for _ in range(batches):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) * 1000.0 / reps)
-    return statistics.median(out), min(out)
+    return back_to_back_us(torch, fn, 200)
 
 
 def main():
@@ -233,22 +225,22 @@ def main():
     floor_mod = cp.RawModule(code=SRC, options=("-std=c++17",))
     rd = floor_mod.get_function("read_floor")
     blocks = (nvec + 2047) // 2048
-    floor, best = timeit(lambda: rd((blocks,), (256,), (x, cp.int64(nvec), sink)))
+    floor = timeit(lambda: rd((blocks,), (256,), (x, cp.int64(nvec), sink)))
     print("%dx%d fp32, %.1f MB; want %.6f" % (n, c, n * c * 4 / 1e6, want))
-    print("read               %8.2f us (best %.2f)" % (floor, best))
+    print("read               %8.2f us" % floor)
     pub = floor_mod.get_function("publish")
     for S in args.segments:
         f = lambda: pub((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-        med, best = timeit(f)
-        print("publish S=%-4d     %8.2f us (best %.2f)  x%.3f  (%d blocks; no combine)" %
-              (S, med, best, med / floor, n * S))
+        med = timeit(f)
+        print("publish S=%-4d     %8.2f us  x%.3f  (%d blocks; no combine)" %
+              (S, med, med / floor, n * S))
     ar = floor_mod.get_function("arrive")
     for S in args.segments:
         f = lambda: ar((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-        med, best = timeit(f)
+        med = timeit(f)
         got = float(out.get()[0])
-        print("arrive  S=%-4d     %8.2f us (best %.2f)  x%.3f  loss %.6f %s" %
-              (S, med, best, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
+        print("arrive  S=%-4d     %8.2f us  x%.3f  loss %.6f %s" %
+              (S, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
     for CL in args.cluster:
         mod = cp.RawModule(code=SRC, options=("-std=c++17", "-DCL=%d" % CL))
         cl = mod.get_function("cluster")
@@ -256,10 +248,10 @@ def main():
             if S % CL:
                 continue
             f = lambda: cl((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-            med, best = timeit(f)
+            med = timeit(f)
             got = float(out.get()[0])
-            print("cluster S=%-4d CL=%d %8.2f us (best %.2f)  x%.3f  loss %.6f %s" %
-                  (S, CL, med, best, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
+            print("cluster S=%-4d CL=%d %8.2f us  x%.3f  loss %.6f %s" %
+                  (S, CL, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
 
 
 if __name__ == "__main__":
