@@ -587,7 +587,6 @@ typedef struct fit_case {
     xent_op op;
     const char *config, *want;
     int64_t n_from; /* the entry's rows; 0: the same as the problem's */
-    int none;       /* 1: reduction none (else the mean) */
 } fit_case;
 
 #define FIT_FROM "VEC=4 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"
@@ -631,7 +630,7 @@ static const fit_case fit_cases[] = {
      "VEC=2 TPR=128 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
     /* a sum or mean of a few KB whose rows fit one block takes one: teams
      * narrowed until the block holds every row, each row one chunk; a wider
-     * block where 128 threads do not hold them; reduction none keeps its blocks */
+     * block where 128 threads do not hold them (reduction none: below) */
     {5, 249, 249, XENT_F16, XENT_OP_FORWARD,
      "VEC=8 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=2 TPR=16 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
@@ -641,9 +640,9 @@ static const fit_case fit_cases[] = {
     {200, 16, 16, XENT_F32, XENT_OP_FORWARD,
      "VEC=4 TPR=4 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=4 TPR=1 BLOCK=256 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
-    {25, 175, 175, XENT_F16, XENT_OP_FORWARD,
+    {0, 175, 175, XENT_F16, XENT_OP_FORWARD, /* no rows: nothing to fit them to */
      "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
-     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0, 1},
+     "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 0},
     {367696, 217, 217, XENT_BF16, XENT_OP_FORWARD,
      "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=2 TPR=8 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 0},
@@ -703,10 +702,26 @@ START_TEST(fit_rows_to_the_problem) {
     p.row_stride = t->stride;
     p.logits = t->d;
     p.op = t->op;
-    if (t->none) p.reduction = XENT_REDUCE_NONE;
     ck_assert_msg(xent_config_parse(t->config, &got, why, sizeof why) == XENT_OK, "%s", why);
     xent_config_fit_rows(&got, t->n_from ? t->n_from : t->n, &p, 132);
     assert_config_is(&got, t->want, &p);
+}
+END_TEST
+
+/* Rows without a sum to finish keep their blocks: one block would only serialize them. */
+START_TEST(reduction_none_keeps_its_blocks) {
+    const char *config = "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0";
+    xent_problem p;
+    xent_config got;
+    xent_problem_init(&p, 25, 175);
+    p.logits = XENT_F16;
+    p.reduction = XENT_REDUCE_NONE;
+    ck_assert_int_eq(xent_config_parse(config, &got, NULL, 0), XENT_OK);
+    xent_config_fit_rows(&got, 25, &p, 132);
+    assert_config_is(&got, config, &p);
+    p.reduction = XENT_REDUCE_SUM; /* the same rows summed take one block */
+    xent_config_fit_rows(&got, 25, &p, 132);
+    ck_assert_int_eq(xent_fwd_groups(&got, &p), 1);
 }
 END_TEST
 
@@ -804,6 +819,7 @@ int main(void) {
     tcase_add_test(tc, many_rows_fit_unsplit);
     tcase_add_loop_test(tc, heuristic_follows_the_table, 0, (int)(sizeof heur_cases / sizeof heur_cases[0]));
     tcase_add_loop_test(tc, fit_rows_to_the_problem, 0, (int)(sizeof fit_cases / sizeof fit_cases[0]));
+    tcase_add_test(tc, reduction_none_keeps_its_blocks);
     tcase_add_test(tc, heuristic_bands_follow_the_sm_count);
     tcase_add_test(tc, heuristic_table_is_derived_from_the_cache);
     tcase_add_test(tc, heuristic_fits_every_problem);
