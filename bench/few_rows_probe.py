@@ -128,23 +128,26 @@ __device__ __forceinline__ bool arrive_last(unsigned *ticket, unsigned total) {
     return last;
 }
 
+/* Block b's segment: segment b % S of row b / S, the row cut into S near-equal parts. */
+__device__ ms block_segment(const float *x, long long c, int S) {
+    int r = blockIdx.x / S, s = blockIdx.x % S;
+    long long per = (c + S - 1) / S, a = s * per, b = min(c, a + per);
+    return segment(x, c, r, a, b);
+}
+
 /* The segments alone: each publishes its partial and leaves (no arrival, no loss): what the
  * read and the block's reduction cost before any combine. */
 extern "C" __global__ void __launch_bounds__(BLOCK) publish(const float *x, long long c, int n, int S,
                                                            const long long *tg, float2 *parts, unsigned *ticket,
                                                            float *out) {
-    int r = blockIdx.x / S, s = blockIdx.x % S;
-    long long per = (c + S - 1) / S, a = s * per, b = min(c, a + per);
-    ms t = segment(x, c, r, a, b);
+    ms t = block_segment(x, c, S);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK) arrive(const float *x, long long c, int n, int S,
                                                           const long long *tg, float2 *parts, unsigned *ticket,
                                                           float *out) {
-    int r = blockIdx.x / S, s = blockIdx.x % S;
-    long long per = (c + S - 1) / S, a = s * per, b = min(c, a + per);
-    ms t = segment(x, c, r, a, b);
+    ms t = block_segment(x, c, S);
     __shared__ bool last;
     if (threadIdx.x == 0) {
         parts[blockIdx.x] = make_float2(t.m, t.s);
@@ -172,9 +175,7 @@ __device__ __forceinline__ float2 ld_remote(const float2 *p, unsigned rank) {
 
 extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK)
 cluster(const float *x, long long c, int n, int S, const long long *tg, float2 *parts, unsigned *ticket, float *out) {
-    int r = blockIdx.x / S, s = blockIdx.x % S;
-    long long per = (c + S - 1) / S, a = s * per, b = min(c, a + per);
-    ms t = segment(x, c, r, a, b);
+    ms t = block_segment(x, c, S);
     __shared__ float2 mine;
     __shared__ bool last;
     if (threadIdx.x == 0) mine = make_float2(t.m, t.s);

@@ -106,7 +106,7 @@ static long pow2_floor(long x) {
  * block loads in one round of a few KB: 13x8296 bf16 (216 KB) ran faster on
  * 26 blocks than on 13. */
 static void fit_one_block(xent_config *cfg, const xent_problem *p) {
-    int64_t row_bytes = (p->row_stride ? p->row_stride : p->c) * xent_dtype_size(p->logits);
+    int64_t row_bytes = xent_row_stride(p) * xent_dtype_size(p->logits);
     /* divided, not multiplied: the problem may not have been checked yet */
     if (p->reduction == XENT_REDUCE_NONE || cfg->split != 1 || cfg->tile || p->n < 2 ||
         xent_fwd_groups(cfg, p) == 1 || row_bytes <= 0 || p->n > ONE_BLOCK_MAX_BYTES / row_bytes)

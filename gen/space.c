@@ -211,10 +211,13 @@ long xent_pow2_ceil(long x) {
 
 int xent_widest_vec(xent_dtype d) { return 16 / xent_dtype_size(d); }
 
+/* Elements between row starts: the row stride, or c for rows back to back. */
+int64_t xent_row_stride(const xent_problem *p) { return p->row_stride ? p->row_stride : p->c; }
+
 /* The widest vector under which every row starts at the same alignment. */
 int xent_stride_vec(const xent_problem *p) {
     int v = xent_widest_vec(p->logits);
-    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    int64_t stride = xent_row_stride(p);
     while (v > 1 && stride % v) v /= 2;
     if (v * xent_dtype_size(p->logits) < 4) v = 4 / xent_dtype_size(p->logits);
     return v;
@@ -243,7 +246,7 @@ int xent_rows_aligned(const xent_problem *p) { return p->n == 1 || xent_stride_v
  * fp16, took it and ran 6-26% faster than with the widest vectors); longer
  * rows, and rows aligned to less than 4 bytes, the widest. */
 int xent_row_vec(const xent_problem *p) {
-    int64_t stride = p->row_stride ? p->row_stride : p->c, esize = xent_dtype_size(p->logits);
+    int64_t stride = xent_row_stride(p), esize = xent_dtype_size(p->logits);
     if (p->logits == XENT_F32 && p->c >= WIDE_F32_MIN_C && p->c < WIDE_F32_END) return xent_widest_vec(p->logits);
     int own = p->c < 256 || (p->c * esize <= SHORT_ROW_BYTES && stride * esize % 4 == 0);
     return own ? xent_stride_vec(p) : xent_widest_vec(p->logits);
@@ -464,7 +467,7 @@ int xent_config_parse(const char *text, xent_config *cfg, char *why, size_t len)
 size_t xent_config_smem(const xent_config *cfg, const xent_problem *p) {
     if (cfg->stash) return grad_stash_bytes(cfg, p);
     if (!cfg->tile) return 0;
-    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    int64_t stride = xent_row_stride(p);
     size_t region = ((size_t)(32 * stride + cfg->vec) * (size_t)xent_dtype_size(p->logits) + 15) & ~(size_t)15;
     return (size_t)(cfg->block / 32) * region;
 }
@@ -481,7 +484,7 @@ int xent_config_fits(const xent_config *cfg, const xent_problem *p, char *why, s
         return !cfg->flat || flat_fits(cfg, p, why, len);
     }
     if (!xent_config_legal(cfg, p->logits, why, len)) return 0;
-    int64_t stride = p->row_stride ? p->row_stride : p->c;
+    int64_t stride = xent_row_stride(p);
     /* the stride test first: it keeps xent_config_smem from overflowing */
     if (cfg->tile && (stride > MAX_TILE_BYTES || xent_config_smem(cfg, p) > MAX_TILE_BYTES))
         return refuse(why, len, "TILE: 32 rows of this stride per warp exceed 48 KB of shared memory");

@@ -148,6 +148,8 @@ long xent_pow2_ceil(long x);
 int xent_chunk_limit(int block);
 /* Elements of dtype d in a 16-byte vector. */
 int xent_widest_vec(xent_dtype d);
+/* Elements between row starts: the row stride, or c for rows back to back. */
+int64_t xent_row_stride(const xent_problem *p);
 /* The widest vector under which every row of p starts at the same alignment. */
 int xent_stride_vec(const xent_problem *p);
 /* Whether every row of p starts on a 16-byte boundary (of an aligned tensor). */

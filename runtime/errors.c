@@ -158,7 +158,7 @@ int xent_problem_check(const xent_problem *p, char *why, size_t len) {
     if ((unsigned)p->reduction > XENT_REDUCE_MEAN) return why_not(why, len, "reduction must be none, sum or mean");
     if (!(p->label_smoothing >= 0.0f && p->label_smoothing <= 1.0f))
         return why_not(why, len, "label_smoothing must be in [0, 1]");
-    if (p->n > INT64_MAX / 128 / (p->row_stride ? p->row_stride : p->c))
+    if (p->n > INT64_MAX / 128 / xent_row_stride(p))
         return why_not(why, len, "n * row_stride is too large");
     return check_training(p, why, len);
 }
@@ -167,7 +167,7 @@ void xent_problem_normalize(const xent_problem *p, xent_problem *out) {
     memset(out, 0, sizeof *out);
     out->n = p->n;
     out->c = p->c;
-    out->row_stride = p->row_stride ? p->row_stride : p->c;
+    out->row_stride = xent_row_stride(p);
     out->logits = p->logits;
     out->targets = p->targets;
     out->reduction = p->reduction;
