@@ -34,11 +34,14 @@ run() { "$@" || { echo "FAILED($?): $*"; status=1; }; }
 {
 # kernels compiled ahead on the build machine (docs/tuning.md, "Compiling ahead"), so that tunes
 # spend their budget timing; the key of each file names its template, architecture and NVRTC
-if [ -f build/kernels.txz ]; then
+# (once per pack: a later call on the same warm machine finds the stamp and skips it)
+stamp="$XENT_KERNEL_CACHE/.unpacked-$(cksum < build/kernels.txz 2>/dev/null | cut -d' ' -f1)"
+if [ -f build/kernels.txz ] && [ ! -f "$stamp" ]; then
     mkdir -p "$XENT_KERNEL_CACHE"
-    tar -xJf build/kernels.txz -C "$XENT_KERNEL_CACHE" 2>/dev/null ||
+    if tar -xJf build/kernels.txz -C "$XENT_KERNEL_CACHE" 2>/dev/null ||
         python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-            build/kernels.txz "$XENT_KERNEL_CACHE" || { echo "FAILED: unpacking build/kernels.txz"; status=1; }
+            build/kernels.txz "$XENT_KERNEL_CACHE"; then touch "$stamp"
+    else echo "FAILED: unpacking build/kernels.txz"; status=1; fi
     echo "kernel cache $XENT_KERNEL_CACHE: $(ls "$XENT_KERNEL_CACHE" | wc -l) kernels"
 fi
 for s in "$@"; do
