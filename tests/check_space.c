@@ -278,7 +278,7 @@ START_TEST(persistent_grids) {
 END_TEST
 
 START_TEST(constraints_hold) {
-    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0};
     char why[160];
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.vec = 8; /* 32 bytes per load */
@@ -286,11 +286,11 @@ START_TEST(constraints_hold) {
     ck_assert(xent_config_legal(&c, XENT_BF16, why, sizeof why));
     c.vec = 1; /* a 2-byte load is not offered */
     ck_assert(!xent_config_legal(&c, XENT_F16, why, sizeof why));
-    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
+    c = (xent_config){4, 64, 128, 8, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0}; /* team wider than a warp needs BLOCK == TPR */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     c.block = 64;
     ck_assert(xent_config_legal(&c, XENT_F32, why, sizeof why));
-    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
+    c = (xent_config){4, 32, 512, 32, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0}; /* 128 words of chunk at 128 registers a thread */
     ck_assert(!xent_config_legal(&c, XENT_F32, why, sizeof why));
     ck_assert_ptr_nonnull(strstr(why, "registers"));
 }
@@ -351,7 +351,7 @@ END_TEST
  * warp, 32 rows plus VEC elements of room for the span's misalignment, each
  * region rounded up to 16 bytes; what does not fit 48 KB is refused. */
 START_TEST(tile_shared_memory_is_per_warp) {
-    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
+    xent_config c = {4, 1, 128, 1, 2, 0, 1, 1, 1, 0, 0, 0, 0, 0}; /* VEC=4 TPR=1 BLOCK=128 ... TILE=1 */
     char why[160] = "";
     ck_assert_msg(xent_config_legal(&c, XENT_F32, why, sizeof why), "%s", why); /* 16-byte loads */
     xent_problem p;
@@ -369,7 +369,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
     c.tile = 0;
     ck_assert_uint_eq(xent_config_smem(&c, &p), 0);
     /* 16 warps of 23 fp32 fit 48 KB (47360 bytes); of 24 (49408) they do not */
-    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0};
+    c = (xent_config){4, 1, 512, 1, 2, 0, 1, 1, 1, 0, 0, 0, 0, 0};
     xent_problem_init(&p, 1048576, 23);
     ck_assert(xent_config_fits(&c, &p, NULL, 0));
     p.c = p.row_stride = 24;
@@ -393,7 +393,7 @@ START_TEST(tile_shared_memory_is_per_warp) {
 END_TEST
 
 START_TEST(defines_follow_the_problem) {
-    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0};
     xent_problem p;
     xent_problem_init(&p, 10, 100);
     p.has_weights = 1;
@@ -501,7 +501,7 @@ START_TEST(many_rows_fit_unsplit) {
             free(rel);
         }
     /* split rows still stop at the workspace limit, without overflowing on the way */
-    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0, 0};
+    xent_config c = {4, 32, 128, 8, 1, 0, 2, 1, 0, 0, 0, 0, 0, 0};
     xent_problem p;
     char why[160] = "";
     xent_problem_init(&p, 1 << 21, 4096);
