@@ -116,10 +116,10 @@ static void fit_one_block(xent_config *cfg, const xent_problem *p) {
         long tpr = pow2_floor(block / p->n); /* teams of a block: at least n */
         if (tpr > 32) tpr = 32;              /* a team narrower than its block is a warp or less */
         if (tpr > cfg->tpr) tpr = cfg->tpr;
-        long nv = (p->c + one.vec - 1) / one.vec, items = xent_pow2_ceil((nv + tpr - 1) / tpr);
+        one.tpr = (int)tpr;
+        long items = xent_lane_items(&one, xent_seg_vectors(&one, p)); /* the row in one chunk */
         if (items * one.vec > xent_chunk_limit(block)) continue;
         one.block = block;
-        one.tpr = (int)tpr;
         one.items = (int)items;
         one.poly = 0; /* a block of a few KB is paced by its issue, which the polynomial adds to */
         if (xent_fwd_one_block(&one, p) && xent_config_fits(&one, p, NULL, 0)) {
