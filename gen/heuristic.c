@@ -129,6 +129,17 @@ static void fit_one_block(xent_config *cfg, const xent_problem *p) {
     }
 }
 
+/* A plan made for another problem loads evict-first (CACHE=2) where it
+ * holds plain loads: an entry's CACHE=0 is often the structure stage's
+ * default that its tune never timed against the hints (docs/cache.md), and
+ * the plain loads lost to evict-first on the plans the lookup gave problems
+ * of 1-70 MB (3-7% on seven of nine, H100, bench/pairs/cache-evict-first.txt)
+ * while larger problems ran within 1.2% either way. A hint an entry holds
+ * (1 or 2) was timed against the others and stays. */
+static void evict_first(xent_config *cfg) {
+    if (!cfg->tile && cfg->cache == 0) cfg->cache = 2;
+}
+
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) xent_config_drop_idle_handoff(cfg, p);
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
@@ -144,6 +155,7 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     fit_chunks(&fitted, p);
     widen_team(&fitted, p, sm_count);
     fit_one_block(&fitted, p);
+    evict_first(&fitted);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
@@ -421,4 +433,5 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
     }
     if (!table_heuristic(p, sm_count, cfg) || !xent_config_fits(cfg, p, NULL, 0)) rule_heuristic(p, sm_count, cfg);
     fit_one_block(cfg, p);
+    evict_first(cfg);
 }
