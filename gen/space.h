@@ -163,7 +163,8 @@ long xent_lane_items(const xent_config *c, long seg);
 /* Logits a training config holds of a row at once (its chunk over the team and cluster). */
 int64_t xent_grad_capacity(const xent_config *cfg);
 
-/* The built-in heuristic: a sensible config from n, c and dtype alone. */
+/* The built-in heuristic: a sensible config from n, c and dtype alone (the
+ * table's cell, its plain loads evict-first as a fitted entry's). */
 void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg);
 /* Whether the training family's fused kernel reads p's rows twice under cfg
  * (a block's slice longer than its chunk): EVICT's rows. */
@@ -182,8 +183,9 @@ void xent_config_drop_idle_handoff(xent_config *cfg, const xent_problem *p);
  * p's rows load (xent_row_vec, where that is narrower) with as many elements
  * a chunk, its team narrowed to the vectors of a row's segment and its chunk
  * to a lane's share, two passes made one where the segment outgrows a chunk,
- * and a 16-bit row's warp team widened where rows are too few for sm_count
- * SMs; unchanged where that does not fit. */
+ * a 16-bit row's warp team widened where rows are too few for sm_count SMs,
+ * a small sum or mean fitted to one block, and plain loads made evict-first;
+ * unchanged where that does not fit. */
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count);
 /* Whether a training-family config tuned for rows of c_from classes suits
  * p's rows as they are: a row it held in registers is held here too, at least
