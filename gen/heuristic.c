@@ -132,10 +132,11 @@ static void fit_one_block(xent_config *cfg, const xent_problem *p) {
 /* A plan made for another problem loads evict-first (CACHE=2) where it
  * holds plain loads: an entry's CACHE=0 is often the structure stage's
  * default that its tune never timed against the hints (docs/cache.md), and
- * the plain loads lost to evict-first on the plans the lookup gave problems
- * of 1-70 MB (3-7% on seven of nine, H100, bench/pairs/cache-evict-first.txt)
- * while larger problems ran within 1.2% either way. A hint an entry holds
- * (1 or 2) was timed against the others and stays. */
+ * on the plans the lookup gave problems of 0.8-70 MB evict-first was 3-8%
+ * faster on seven of eleven and no more than 1% slower on any, on the H100
+ * and the H200, while larger problems ran within 1.2% either way
+ * (bench/pairs/cache-evict-first.txt). A hint an entry holds (1 or 2) was
+ * timed against the others and stays. */
 static void evict_first(xent_config *cfg) {
     if (!cfg->tile && cfg->cache == 0) cfg->cache = 2;
 }
