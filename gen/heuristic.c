@@ -141,6 +141,13 @@ static void evict_first(xent_config *cfg) {
     if (!cfg->tile && cfg->cache == 0) cfg->cache = 2;
 }
 
+/* What every plan made for another problem takes last, a fitted entry's
+ * and the heuristic's alike. */
+static void fit_untuned(xent_config *cfg, const xent_problem *p) {
+    fit_one_block(cfg, p);
+    evict_first(cfg);
+}
+
 void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *p, int sm_count) {
     if (xent_problem_family(p) == XENT_FAMILY_GRAD) xent_config_drop_idle_handoff(cfg, p);
     if (xent_problem_family(p) != XENT_FAMILY_FWD || cfg->tile) return;
@@ -155,8 +162,7 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     fit_team(&fitted, p);
     fit_chunks(&fitted, p);
     widen_team(&fitted, p, sm_count);
-    fit_one_block(&fitted, p);
-    evict_first(&fitted);
+    fit_untuned(&fitted, p);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
@@ -433,6 +439,5 @@ void xent_config_heuristic(const xent_problem *p, int sm_count, xent_config *cfg
         return;
     }
     if (!table_heuristic(p, sm_count, cfg) || !xent_config_fits(cfg, p, NULL, 0)) rule_heuristic(p, sm_count, cfg);
-    fit_one_block(cfg, p);
-    evict_first(cfg);
+    fit_untuned(cfg, p);
 }
