@@ -124,6 +124,21 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
 }
 
+/* xent_fwd_finish, one block after the rows' grid: its programmatic
+ * dependent where the driver and GPU have the launch, so that it is resident
+ * when the grid ends. */
+static CUresult launch_finish(xent_plan *plan, CUstream stream, float *loss, CUdeviceptr ws) {
+    long long nparts = plan->grid;
+    void *params[] = {&loss, &ws, &nparts};
+    const xent_driver *d = plan->ctx->drv;
+    if (!plan->dependent) return d->LaunchKernel(plan->fn_finish, 1, 1, 1, plan->block, 1, 1, 0, stream, params, NULL);
+    CUlaunchAttribute early = {0};
+    early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    early.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {1, 1, 1, plan->block, 1, 1, 0, stream, &early, 1};
+    return d->LaunchKernelEx(&cfg, plan->fn_finish, params, NULL);
+}
+
 int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
     if (!plan) return XENT_EINVAL;
     const int grad = plan->family == XENT_FAMILY_GRAD;
@@ -154,11 +169,13 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
                       &stride,
                       &ignore,
                       &smoothing,
-                      &split};
+                      &split,
+                      &plan->apart};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,
                                         params, NULL);
+    if (r == CUDA_SUCCESS && plan->fn_finish) r = launch_finish(plan, (CUstream)stream, a->loss, ws);
     xent_ctx_leave(ctx, pushed);
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
 }

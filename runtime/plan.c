@@ -151,6 +151,26 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     return XENT_OK;
 }
 
+/* A sum or mean whose grid is more than one round of blocks sums its
+ * partials apart, in xent_fwd_finish after the grid: a block of such a grid
+ * that waited out the last-block arrival's round trip held its slot from the
+ * blocks after it. A grid of one round ends at once, where the last block
+ * to arrive finishes sooner than a second kernel. */
+static int choose_finish(xent_context *ctx, xent_plan *plan) {
+    const xent_problem *p = &plan->problem;
+    if (plan->family != XENT_FAMILY_FWD || p->reduction == XENT_REDUCE_NONE || plan->config.split > 1 ||
+        xent_fwd_one_block(&plan->config, p))
+        return XENT_OK;
+    long long resident;
+    int rc = resident_blocks(ctx, plan->fn, p, &plan->config, &resident);
+    if (rc || plan->grid <= resident) return rc;
+    CUresult r = ctx->drv->ModuleGetFunction(&plan->fn_finish, plan->module, "xent_fwd_finish");
+    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_fwd_finish)", r);
+    plan->apart = 1;
+    plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;
+    return XENT_OK;
+}
+
 static int alloc_workspace(xent_context *ctx, xent_plan *plan) {
     CUresult r = ctx->drv->MemAlloc(&plan->workspace, plan->workspace_size);
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
@@ -185,7 +205,8 @@ int xent_plan_build(xent_context *ctx, const xent_problem *p, const xent_config 
         return rc;
     }
     if (!(rc = load_kernel(ctx, plan)) &&
-        !(rc = xent_launch_shape(ctx, plan->fn, &plan->problem, cfg, &plan->grid, &plan->workspace_size)))
+        !(rc = xent_launch_shape(ctx, plan->fn, &plan->problem, cfg, &plan->grid, &plan->workspace_size)) &&
+        !(rc = choose_finish(ctx, plan)))
         rc = alloc_workspace(ctx, plan);
     xent_ctx_leave(ctx, pushed);
     if (rc) {

@@ -191,9 +191,21 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
 }
 #endif
 
-/* Last-block reduction of the per-block partials into the scalar loss, in a
- * fixed order. */
-__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss, unsigned char *ws) {
+/* The loss from the blocks' partials at ws + 16, read by XENT_BLOCK threads
+ * in a fixed order: the grid's last block, or xent_fwd_finish. */
+__device__ __forceinline__ void sum_parts(const unsigned char *ws, long long nparts, float *loss) {
+    double l = 0.0, wsum = 0.0;
+    sum_published((const double2 *)(ws + 16), threadIdx.x, nparts, l, wsum);
+    block_sum2(l, wsum, XENT_BLOCK);
+    if (threadIdx.x == 0) write_loss(loss, l, wsum);
+}
+
+/* Each block's partial into the scalar loss, in a fixed order: summed by
+ * the grid's last block to arrive, or, apart (a grid of several rounds of
+ * blocks), by xent_fwd_finish after the grid. Apart, a block stores its
+ * partial and leaves: its slot takes the next block at once instead of
+ * waiting out the arrival's round trip. */
+__device__ void finish_reduction(double loss_acc, double weight_acc, float *loss, unsigned char *ws, int apart) {
 #if XENT_ONE_BLOCK
     /* The grid's only block: its sums are the loss, written without publishing
      * them, counting an arrival and reading them back (two L2 round trips).
@@ -201,11 +213,16 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     block_sum2(loss_acc, weight_acc, XENT_BLOCK);
     if (threadIdx.x == 0) write_loss(loss, loss_acc, weight_acc);
     (void)ws;
+    (void)apart;
 #else
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double2 *parts = (double2 *)(ws + 16);
     block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    if (apart) {
+        if (threadIdx.x == 0) parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
+        return;
+    }
     if (threadIdx.x == 0) {
         parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
         last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
@@ -213,13 +230,8 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     /* orders the other threads' reads after thread 0's acquire */
     __syncthreads();
     if (!last) return;
-    double l = 0.0, wsum = 0.0;
-    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
-    block_sum2(l, wsum, XENT_BLOCK);
-    if (threadIdx.x == 0) {
-        write_loss(loss, l, wsum);
-        *ticket = 0u;
-    }
+    sum_parts(ws, gridDim.x, loss);
+    if (threadIdx.x == 0) *ticket = 0u;
 #endif
 }
 #endif

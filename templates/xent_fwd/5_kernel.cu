@@ -234,7 +234,7 @@ extern "C" __global__ void XENT_BOUNDS
 xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
-         long long stride, long long ignore_index, float smoothing, int split) {
+         long long stride, long long ignore_index, float smoothing, int split, int apart) {
 #ifdef XENT_C
     if (c != XENT_C) __trap(); /* a kernel compiled for another class count: never compute garbage */
     c = XENT_C;
@@ -244,6 +244,10 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #if XENT_ONE_BLOCK
     if (gridDim.x != 1) __trap(); /* compiled for a one-block launch: several blocks would each write the loss */
 #endif
+#if __CUDA_ARCH__ >= 900
+    /* xent_fwd_finish may be scheduled once every block has started: it waits for the grid */
+    if (apart) asm volatile("griddepcontrol.launch_dependents;");
+#endif
     const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
 #if XENT_TILE
@@ -252,6 +256,23 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
     team_rows(k, loss_acc, weight_acc);
 #endif
 #if XENT_REDUCTION != 0 && !XENT_SEGMENTED
-    finish_reduction(loss_acc, weight_acc, loss, ws);
+    finish_reduction(loss_acc, weight_acc, loss, ws, apart);
+#else
+    (void)apart;
 #endif
 }
+
+#if XENT_REDUCTION != 0 && !XENT_SEGMENTED && !XENT_ONE_BLOCK
+/* The loss from the partials of a grid launched apart (finish_reduction),
+ * one block of XENT_BLOCK threads launched after it: as its programmatic
+ * dependent it is resident before the grid ends and waits here for its
+ * partials; launched plainly, the stream orders it. */
+extern "C" __global__ void __launch_bounds__(XENT_BLOCK) xent_fwd_finish(float *__restrict__ loss,
+                                                                         const unsigned char *__restrict__ ws,
+                                                                         long long nparts) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    sum_parts(ws, nparts, loss);
+}
+#endif
