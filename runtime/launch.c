@@ -124,6 +124,9 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
     return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
 }
 
+/* Threads of xent_fwd_finish's one block (at most its launch bound, 1024). */
+#define FINISH_THREADS 1024
+
 /* xent_fwd_finish, one block after the rows' grid: its programmatic
  * dependent where the driver and GPU have the launch, so that it is resident
  * when the grid ends. */
@@ -131,11 +134,12 @@ static CUresult launch_finish(xent_plan *plan, CUstream stream, float *loss, CUd
     long long nparts = plan->grid;
     void *params[] = {&loss, &ws, &nparts};
     const xent_driver *d = plan->ctx->drv;
-    if (!plan->dependent) return d->LaunchKernel(plan->fn_finish, 1, 1, 1, plan->block, 1, 1, 0, stream, params, NULL);
+    if (!plan->dependent)
+        return d->LaunchKernel(plan->fn_finish, 1, 1, 1, FINISH_THREADS, 1, 1, 0, stream, params, NULL);
     CUlaunchAttribute early = {0};
     early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     early.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg = {1, 1, 1, plan->block, 1, 1, 0, stream, &early, 1};
+    CUlaunchConfig cfg = {1, 1, 1, FINISH_THREADS, 1, 1, 0, stream, &early, 1};
     return d->LaunchKernelEx(&cfg, plan->fn_finish, params, NULL);
 }
 

@@ -191,15 +191,6 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
 }
 #endif
 
-/* The loss from the blocks' partials at ws + 16, read by XENT_BLOCK threads
- * in a fixed order: the grid's last block, or xent_fwd_finish. */
-__device__ __forceinline__ void sum_parts(const unsigned char *ws, long long nparts, float *loss) {
-    double l = 0.0, wsum = 0.0;
-    sum_published((const double2 *)(ws + 16), threadIdx.x, nparts, l, wsum);
-    block_sum2(l, wsum, XENT_BLOCK);
-    if (threadIdx.x == 0) write_loss(loss, l, wsum);
-}
-
 /* Each block's partial into the scalar loss, in a fixed order: summed by
  * the grid's last block to arrive, or, apart (a grid of several rounds of
  * blocks), by xent_fwd_finish after the grid. Apart, a block stores its
@@ -230,8 +221,13 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     /* orders the other threads' reads after thread 0's acquire */
     __syncthreads();
     if (!last) return;
-    sum_parts(ws, gridDim.x, loss);
-    if (threadIdx.x == 0) *ticket = 0u;
+    double l = 0.0, wsum = 0.0;
+    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
+    block_sum2(l, wsum, XENT_BLOCK);
+    if (threadIdx.x == 0) {
+        write_loss(loss, l, wsum);
+        *ticket = 0u;
+    }
 #endif
 }
 #endif

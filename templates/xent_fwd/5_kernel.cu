@@ -263,16 +263,38 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 }
 
 #if XENT_REDUCTION != 0 && !XENT_SEGMENTED && !XENT_ONE_BLOCK
-/* The loss from the partials of a grid launched apart (finish_reduction),
- * one block of XENT_BLOCK threads launched after it: as its programmatic
- * dependent it is resident before the grid ends and waits here for its
- * partials; launched plainly, the stream orders it. */
-extern "C" __global__ void __launch_bounds__(XENT_BLOCK) xent_fwd_finish(float *__restrict__ loss,
-                                                                         const unsigned char *__restrict__ ws,
-                                                                         long long nparts) {
+/* Partials a thread of xent_fwd_finish loads before it adds them. */
+#define FINISH_LOADS 8
+
+/* The loss from the partials of a grid launched apart (finish_reduction):
+ * one block of up to 1024 threads launched after the grid, each thread
+ * summing partials i, i + blockDim.x, ... in order, then the block's fixed
+ * tree. As the grid's programmatic dependent it is resident before the grid
+ * ends and waits here for the partials; launched plainly, the stream orders
+ * it. The whole block loads FINISH_LOADS partials a thread at once: a grid
+ * of thousands of blocks is summed in a round trip or two, where its last
+ * block, a few threads loading four at a time, took one a few partials. */
+extern "C" __global__ void __launch_bounds__(1024) xent_fwd_finish(float *__restrict__ loss,
+                                                                   const unsigned char *__restrict__ ws,
+                                                                   long long nparts) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    sum_parts(ws, nparts, loss);
+    const double2 *parts = (const double2 *)(ws + 16);
+    const long long step = blockDim.x;
+    double l = 0.0, wsum = 0.0;
+    for (long long i = threadIdx.x; i < nparts; i += FINISH_LOADS * step) {
+        double2 v[FINISH_LOADS];
+#pragma unroll
+        for (int u = 0; u < FINISH_LOADS; u++)
+            v[u] = i + u * step < nparts ? published_d2(parts + i + u * step) : make_double2(0.0, 0.0);
+#pragma unroll
+        for (int u = 0; u < FINISH_LOADS; u++) {
+            l += v[u].x;
+            wsum += v[u].y;
+        }
+    }
+    block_sum2(l, wsum, blockDim.x);
+    if (threadIdx.x == 0) write_loss(loss, l, wsum);
 }
 #endif
