@@ -222,7 +222,9 @@ XENT_API xent_source xent_plan_source(const xent_plan *plan);
 
 /**
  * Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf, with
- * its source, the tune cache that answered ("source=arch cache=h200") and a
+ * its source, the tune cache that answered ("source=arch cache=h200"), its
+ * grid ("finish=apart" where a kernel of its own sums a sum's or mean's
+ * block partials after a grid of several rounds of blocks) and a
  * note naming each cache or entry passed over on the way, and why (a stale
  * entry, made by another template or NVRTC; a config that does not fit).
  */

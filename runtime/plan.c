@@ -322,9 +322,9 @@ int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;
     char cfg[200];
     xent_config_format(&plan->config, cfg, sizeof cfg);
-    int w = snprintf(buf, len, "%s source=%s%s%s grid=%u regs=%d%s%s", cfg, xent_source_text(plan->source),
-                     plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->registers,
-                     plan->note[0] ? " note=" : "", plan->note);
+    int w = snprintf(buf, len, "%s source=%s%s%s grid=%u%s regs=%d%s%s", cfg, xent_source_text(plan->source),
+                     plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->apart ? " finish=apart" : "",
+                     plan->registers, plan->note[0] ? " note=" : "", plan->note);
     return w >= 0 && (size_t)w < len ? XENT_OK : XENT_EINVAL;
 }
 

@@ -588,6 +588,55 @@ START_TEST(test_one_block) {
 }
 END_TEST
 
+/* A sum or mean launched in more rounds of blocks than the GPU holds at
+ * once (PERSIST=0): its blocks store their partials and leave, and
+ * xent_fwd_finish sums them after the grid (finish=apart in the plan's
+ * description). Warp teams, a block a row, a thread a row over staged tiles;
+ * each dtype, options, ignored rows, a caller's workspace, relaunches bitwise
+ * equal; the persistent launch of the same config finishes in its last block. */
+START_TEST(test_finish_apart) {
+    static const struct {
+        const char *cfg;
+        int64_t rows, c;
+    } plans[] = {
+        {"VEC=4 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0", 100003, 100},
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=2 SPLIT=1 PERSIST=0", 20000, 2000},
+        {"VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 1000000, 7},
+    };
+    int ok = 0, total = 0;
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
+        for (int k = 0; k < 6; k++) {
+            spec sp;
+            spec_init(&sp, "finish apart", plans[i].rows, plans[i].c);
+            sp.dt = (xent_dtype)((k + (int)i) % 3);
+            sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
+            sp.weights = k / 2 == 1;
+            sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
+            sp.lse = k == 3;
+            sp.p_ignore = k == 4 ? 0.3 : 0.0;
+            sp.own_ws = k % 3 == 0;
+            sp.repeat = 2;
+            xent_problem p;
+            xent_config cfg;
+            char why[256], desc[1400];
+            spec_problem(&sp, &p);
+            ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
+            for (int persist = 0; persist < 2; persist++) {
+                cfg.persist = persist;
+                xent_plan *plan;
+                ck_assert_int_eq(xent_plan_build(G.ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &plan), XENT_OK);
+                ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
+                xent_plan_destroy(plan);
+                ck_assert_msg((strstr(desc, "finish=apart") != NULL) == (persist == 0), "%s", desc);
+                sp.cfg = &cfg;
+                ok += run_check(&sp);
+                total++;
+            }
+        }
+    ck_assert_msg(ok == total, "%d of %d checks of a finish apart failed", total - ok, total);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* Bad targets                                                              */
 /* ------------------------------------------------------------------------ */
@@ -661,6 +710,9 @@ static const det_case det_cases[] = {
     {64, 262144, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=1 SPLIT=64 PERSIST=0"},
     {5, 100003, XENT_BF16, XENT_REDUCE_NONE, "VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 SPLIT=128 PERSIST=1"},
     {7, 1000003, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 SPLIT=128 PERSIST=0"},
+    /* block partials summed apart, after a grid of several rounds (xent_fwd_finish) */
+    {262144, 300, XENT_BF16, XENT_REDUCE_MEAN, "VEC=4 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0"},
+    {32768, 4096, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 SPLIT=1 PERSIST=0"},
     /* the balanced grid (fewer blocks than resident) */
     {100003, 37, XENT_F32, XENT_REDUCE_MEAN, "VEC=1 TPR=4 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3"},
     {32768, 4096, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3"},
@@ -1049,6 +1101,7 @@ static Suite *gpu_suite(void) {
     tcase_add_test(tc[3], test_large_offsets);
     tcase_add_test(tc[3], test_bad_targets);
     tcase_add_test(tc[3], test_one_block);
+    tcase_add_test(tc[3], test_finish_apart);
     tcase_add_test(tc[4], test_determinism);
     tcase_add_test(tc[7], test_split_smoothing);
     tcase_add_loop_test(tc[5], test_sweep, 0, 3);
