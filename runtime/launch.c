@@ -173,8 +173,7 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
                       &stride,
                       &ignore,
                       &smoothing,
-                      &split,
-                      &plan->apart};
+                      &split};
     int pushed;
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,

@@ -151,22 +151,16 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     return XENT_OK;
 }
 
-/* A sum or mean whose grid is more than one round of blocks sums its
- * partials apart, in xent_fwd_finish after the grid: a block of such a grid
- * that waited out the last-block arrival's round trip held its slot from the
- * blocks after it. A grid of one round ends at once, where the last block
- * to arrive finishes sooner than a second kernel. */
+/* A sum or mean of whole rows over more than one block: xent_fwd_finish
+ * sums the blocks' partials after the grid (the template's finish_reduction
+ * says why not its last block). */
 static int choose_finish(xent_context *ctx, xent_plan *plan) {
     const xent_problem *p = &plan->problem;
     if (plan->family != XENT_FAMILY_FWD || p->reduction == XENT_REDUCE_NONE || plan->config.split > 1 ||
         xent_fwd_one_block(&plan->config, p))
         return XENT_OK;
-    long long resident;
-    int rc = resident_blocks(ctx, plan->fn, p, &plan->config, &resident);
-    if (rc || plan->grid <= resident) return rc;
     CUresult r = ctx->drv->ModuleGetFunction(&plan->fn_finish, plan->module, "xent_fwd_finish");
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_fwd_finish)", r);
-    plan->apart = 1;
     plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;
     return XENT_OK;
 }
@@ -323,7 +317,7 @@ int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     char cfg[200];
     xent_config_format(&plan->config, cfg, sizeof cfg);
     int w = snprintf(buf, len, "%s source=%s%s%s grid=%u%s regs=%d%s%s", cfg, xent_source_text(plan->source),
-                     plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->apart ? " finish=apart" : "",
+                     plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->fn_finish ? " finish=apart" : "",
                      plan->registers, plan->note[0] ? " note=" : "", plan->note);
     return w >= 0 && (size_t)w < len ? XENT_OK : XENT_EINVAL;
 }

@@ -27,7 +27,6 @@ struct xent_plan {
     int dependent;              /* the rows launched as a programmatic dependent of fn_denom, or
                                    xent_fwd_finish as one of the rows (a launch with that attribute) */
     CUfunction fn_finish;       /* xent_fwd: the loss from the blocks' partials, after the grid, or NULL */
-    int apart;                  /* xent_fwd's argument: 1 where fn_finish sums the partials */
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;

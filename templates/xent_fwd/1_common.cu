@@ -3,15 +3,16 @@
  * class-index targets), one template for every configuration, in five parts
  * that tools/embed.sh joins in name order: 1_common (knob defaults, sums,
  * loads, team reductions), 2_row (the row path), 3_tile (the tile path),
- * 4_finish (split rows and the reduction's last block), 5_kernel (the row
- * loops and the entry point).
+ * 4_finish (split rows and the reduction's block partials), 5_kernel (the row
+ * loops, the entry point and xent_fwd_finish).
  *
  * A "team" of XENT_TPR threads reduces one row, or one segment of a row when
  * the launch splits rows (split > 1: segment partials are combined by the
  * last team to finish the row). Teams walk the rows in a grid-stride loop so
- * a persistent grid works; the sum/mean is fused: per-block partials (double)
- * are summed in a fixed order by the last block, so results are bitwise
- * deterministic for a given plan.
+ * a persistent grid works; for a sum or mean, per-block partials (double)
+ * are summed in a fixed order by xent_fwd_finish, launched after the grid
+ * (split rows: by the last team), so results are bitwise deterministic for a
+ * given plan.
  *
  * Tuned knobs (gen/space.c holds the table of legal values and constraints):
  *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
@@ -45,11 +46,11 @@
  * XENT_SEGMENTED, 1 otherwise) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
- *   [0, 4)                  unsigned ticket of the last block
+ *   [0, 4)                  unused
  *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean), or
  *                           of the segments when few rows are merged in one level (one_level)
  *   [8, 16)                 unused
- *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
+ *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight), summed by xent_fwd_finish
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
  *                           (16-aligned), double2 row results[n] (summed in a fixed order by
  *                           the last row's team, so the result does not depend on which

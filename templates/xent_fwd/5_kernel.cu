@@ -234,7 +234,7 @@ extern "C" __global__ void XENT_BOUNDS
 xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ targets,
          const float *__restrict__ weights, float *__restrict__ loss, float *__restrict__ lse_out,
          unsigned char *__restrict__ ws, int *__restrict__ err, long long n, int c,
-         long long stride, long long ignore_index, float smoothing, int split, int apart) {
+         long long stride, long long ignore_index, float smoothing, int split) {
 #ifdef XENT_C
     if (c != XENT_C) __trap(); /* a kernel compiled for another class count: never compute garbage */
     c = XENT_C;
@@ -244,9 +244,9 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #if XENT_ONE_BLOCK
     if (gridDim.x != 1) __trap(); /* compiled for a one-block launch: several blocks would each write the loss */
 #endif
-#if __CUDA_ARCH__ >= 900
+#if XENT_REDUCTION != 0 && !XENT_SEGMENTED && !XENT_ONE_BLOCK && __CUDA_ARCH__ >= 900
     /* xent_fwd_finish may be scheduled once every block has started: it waits for the grid */
-    if (apart) asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.launch_dependents;");
 #endif
     const kargs k = {logits, targets, weights, loss, lse_out, ws, err, n, stride, ignore_index, c, split, smoothing};
     double loss_acc = 0.0, weight_acc = 0.0;
@@ -256,9 +256,7 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
     team_rows(k, loss_acc, weight_acc);
 #endif
 #if XENT_REDUCTION != 0 && !XENT_SEGMENTED
-    finish_reduction(loss_acc, weight_acc, loss, ws, apart);
-#else
-    (void)apart;
+    finish_reduction(loss_acc, weight_acc, loss, ws);
 #endif
 }
 
@@ -266,14 +264,13 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 /* Partials a thread of xent_fwd_finish loads before it adds them. */
 #define FINISH_LOADS 8
 
-/* The loss from the partials of a grid launched apart (finish_reduction):
- * one block of up to 1024 threads launched after the grid, each thread
- * summing partials i, i + blockDim.x, ... in order, then the block's fixed
- * tree. As the grid's programmatic dependent it is resident before the grid
- * ends and waits here for the partials; launched plainly, the stream orders
- * it. The whole block loads FINISH_LOADS partials a thread at once: a grid
- * of thousands of blocks is summed in a round trip or two, where its last
- * block, a few threads loading four at a time, took one a few partials. */
+/* The loss from the blocks' partials (finish_reduction): one block of up
+ * to 1024 threads launched after the grid, each thread summing partials i,
+ * i + blockDim.x, ... in order, then the block's fixed tree. As the grid's
+ * programmatic dependent it is resident before the grid ends and waits here
+ * for the partials; launched plainly, the stream orders it. The block loads
+ * FINISH_LOADS partials a thread at once: a grid of thousands of blocks is
+ * summed in a round trip or two. */
 extern "C" __global__ void __launch_bounds__(1024) xent_fwd_finish(float *__restrict__ loss,
                                                                    const unsigned char *__restrict__ ws,
                                                                    long long nparts) {
