@@ -365,6 +365,20 @@ int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p) {
            xent_fwd_groups(cfg, p) == 1;
 }
 
+/* Bytes of logits from which a sum or mean of whole rows is finished apart:
+ * its rows' kernel sheds the last block's pass and its registers, which made
+ * mean plans of 42 MB to 420 MB 1-22% faster on the H100, while below 17 MB
+ * the second launch cost more than it gave (up to 2.5 us on problems of a
+ * few microseconds; bench/ab/finish-lean.txt, docs/performance.md). */
+#define FINISH_APART_MIN_BYTES (32L << 20)
+
+int xent_fwd_finish_apart(const xent_config *cfg, const xent_problem *p) {
+    int64_t row_bytes = xent_row_stride(p) * xent_dtype_size(p->logits);
+    /* divided, not multiplied: the problem may not have been checked yet */
+    return xent_problem_family(p) == XENT_FAMILY_FWD && p->reduction != XENT_REDUCE_NONE && cfg->split == 1 &&
+           !xent_fwd_one_block(cfg, p) && row_bytes > 0 && p->n >= (FINISH_APART_MIN_BYTES + row_bytes - 1) / row_bytes;
+}
+
 int xent_config_same_kernel(const xent_config *a, const xent_config *b) {
     xent_config x = *a, y = *b;
     x.persist = y.persist = 0;

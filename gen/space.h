@@ -122,6 +122,9 @@ long long xent_fwd_groups(const xent_config *cfg, const xent_problem *p);
 /* Nonzero when cfg's forward launch over p is one block that finishes a sum
  * or mean of whole rows: its kernel is compiled for that (XENT_ONE_BLOCK). */
 int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p);
+/* Whether p's sum or mean is summed from its blocks' partials by xent_fwd_finish,
+ * a kernel launched after the rows' (XENT_FINISH_APART), rather than by their last block. */
+int xent_fwd_finish_apart(const xent_config *cfg, const xent_problem *p);
 /* Nonzero when a and b differ at most in a static PERSIST (0, 1 or 3): the
  * same kernel, so that the same grid is the same launch. */
 int xent_config_same_kernel(const xent_config *a, const xent_config *b);

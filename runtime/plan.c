@@ -151,14 +151,10 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
     return XENT_OK;
 }
 
-/* A sum or mean of whole rows over more than one block: xent_fwd_finish
- * sums the blocks' partials after the grid (the template's finish_reduction
- * says why not its last block). */
+/* A sum or mean whose kernel leaves its blocks' partials to xent_fwd_finish
+ * (xent_fwd_finish_apart) launches it after the grid. */
 static int choose_finish(xent_context *ctx, xent_plan *plan) {
-    const xent_problem *p = &plan->problem;
-    if (plan->family != XENT_FAMILY_FWD || p->reduction == XENT_REDUCE_NONE || plan->config.split > 1 ||
-        xent_fwd_one_block(&plan->config, p))
-        return XENT_OK;
+    if (!xent_fwd_finish_apart(&plan->config, &plan->problem)) return XENT_OK;
     CUresult r = ctx->drv->ModuleGetFunction(&plan->fn_finish, plan->module, "xent_fwd_finish");
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_fwd_finish)", r);
     plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;

@@ -24,9 +24,9 @@ struct xent_plan {
     CUfunction fn_denom;        /* xent_grad: the weight sums a gradient needs first, or NULL */
     unsigned grid, block, smem; /* smem: dynamic shared memory bytes */
     unsigned denom_grid;
-    int dependent;              /* the rows launched as a programmatic dependent of fn_denom, or
-                                   xent_fwd_finish as one of the rows (a launch with that attribute) */
-    CUfunction fn_finish;       /* xent_fwd: the loss from the blocks' partials, after the grid, or NULL */
+    int dependent;        /* the rows launched as a programmatic dependent of fn_denom, or
+                             xent_fwd_finish as one of the rows (a launch with that attribute) */
+    CUfunction fn_finish; /* xent_fwd: the loss from the blocks' partials, after the grid, or NULL */
     CUdeviceptr workspace;
     size_t workspace_size;
     int registers, spill_bytes;

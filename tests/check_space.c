@@ -427,6 +427,61 @@ START_TEST(defines_follow_the_problem) {
 }
 END_TEST
 
+/* XENT_FINISH_APART is rendered exactly for a sum or mean of whole rows of
+ * 32 MB of logits or more (counted at the row stride) that is not one block;
+ * none, split rows and the training kernels keep their own finish. */
+#define ONE_PASS " PASSES=1 CACHE=0 TILE=0 "
+START_TEST(finish_apart_define_follows_the_bytes) {
+    static const struct {
+        long long n, c, stride;
+        xent_dtype dt;
+        xent_reduction red;
+        const char *cfg;
+        int grad, apart;
+    } cases[] = {
+        {8192, 1024, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=1", 0,
+         1},
+        {8191, 1024, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=1", 0,
+         0},
+        {8191, 1000, 1024, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=32 BLOCK=128 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=0", 0,
+         0},
+        {8192, 1000, 1024, XENT_F32, XENT_REDUCE_SUM, "VEC=4 TPR=32 BLOCK=128 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=0", 0,
+         1},
+        {16384, 1024, 0, XENT_BF16, XENT_REDUCE_MEAN, "VEC=8 TPR=32 BLOCK=128 ITEMS=4" ONE_PASS "SPLIT=1 PERSIST=3", 0,
+         1},
+        {16383, 1024, 0, XENT_F16, XENT_REDUCE_MEAN, "VEC=8 TPR=32 BLOCK=128 ITEMS=4" ONE_PASS "SPLIT=1 PERSIST=3", 0,
+         0},
+        {1048576, 10, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=2 TPR=1 BLOCK=512 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=3", 0,
+         1},
+        {32768, 4096, 0, XENT_F32, XENT_REDUCE_NONE, "VEC=4 TPR=32 BLOCK=256 ITEMS=16" ONE_PASS "SPLIT=1 PERSIST=3", 0,
+         0},
+        {64, 262144, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=256 BLOCK=256 ITEMS=8" ONE_PASS "SPLIT=4 PERSIST=0", 0,
+         0},
+        {1, 16777216, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=512 BLOCK=512 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=0", 0,
+         0},
+        {32768, 4096, 0, XENT_F32, XENT_REDUCE_MEAN, "VEC=4 TPR=32 BLOCK=128 ITEMS=8" ONE_PASS "SPLIT=1 PERSIST=0", 1,
+         0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        xent_config c;
+        char why[200];
+        ck_assert_msg(xent_config_parse(cases[i].cfg, &c, why, sizeof why) == XENT_OK, "%s: %s", cases[i].cfg, why);
+        xent_problem p;
+        xent_problem_init(&p, cases[i].n, cases[i].c);
+        p.logits = cases[i].dt;
+        p.reduction = cases[i].red;
+        p.row_stride = cases[i].stride;
+        if (cases[i].grad) p.op = XENT_OP_FUSED;
+        ck_assert_msg(!!xent_fwd_finish_apart(&c, &p) == cases[i].apart, "case %zu", i);
+        char *d = xent_render_defines(&c, &p);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_msg(!strstr(d, "#define XENT_FINISH_APART 1\n") == !cases[i].apart, "case %zu: %s", i, d);
+        free(d);
+    }
+}
+END_TEST
+#undef ONE_PASS
+
 /* XENT_ONE_BLOCK is rendered exactly for a sum or mean of whole rows whose
  * teams take them all in one block: as many rows as teams, whatever PERSIST. */
 START_TEST(one_block_define_follows_the_launch) {
@@ -639,8 +694,7 @@ static const fit_case fit_cases[] = {
     {25, 175, 175, XENT_F16, XENT_OP_FORWARD,
      "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=4",
      "VEC=2 TPR=4 BLOCK=128 ITEMS=32 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=0", 0},
-    {200, 16, 16, XENT_F32, XENT_OP_FORWARD,
-     "VEC=4 TPR=4 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
+    {200, 16, 16, XENT_F32, XENT_OP_FORWARD, "VEC=4 TPR=4 BLOCK=128 ITEMS=1 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1",
      "VEC=4 TPR=1 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1", 0},
     {0, 175, 175, XENT_F16, XENT_OP_FORWARD, /* no rows: nothing to fit them to */
      "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=0",
@@ -816,6 +870,7 @@ int main(void) {
     tcase_add_test(tc, relevant_candidates_are_a_legal_subset);
     tcase_add_test(tc, defines_follow_the_problem);
     tcase_add_test(tc, one_block_define_follows_the_launch);
+    tcase_add_test(tc, finish_apart_define_follows_the_bytes);
     tcase_add_test(tc, retired_persist_refused);
     tcase_add_test(tc, tile_shared_memory_is_per_warp);
     tcase_add_test(tc, many_rows_fit_unsplit);

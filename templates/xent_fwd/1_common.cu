@@ -10,9 +10,9 @@
  * the launch splits rows (split > 1: segment partials are combined by the
  * last team to finish the row). Teams walk the rows in a grid-stride loop so
  * a persistent grid works; for a sum or mean, per-block partials (double)
- * are summed in a fixed order by xent_fwd_finish, launched after the grid
- * (split rows: by the last team), so results are bitwise deterministic for a
- * given plan.
+ * are summed in a fixed order by the last block or by xent_fwd_finish,
+ * launched after the grid (XENT_FINISH_APART), so results are bitwise
+ * deterministic for a given plan.
  *
  * Tuned knobs (gen/space.c holds the table of legal values and constraints):
  *   XENT_VEC     elements per vector load; XENT_VEC * element size in {4, 8, 16} bytes
@@ -42,15 +42,17 @@
  *   XENT_ONE_BLOCK 1 for a sum or mean of whole rows whose launch is one block (gen/render.c):
  *                that block writes the loss from its own sums (finish_reduction). The grid
  *                must be one block
+ *   XENT_FINISH_APART 1 for a sum or mean of whole rows of many blocks (xent_fwd_finish_apart,
+ *                gen/space.c): xent_fwd_finish sums the block partials after the grid
  * Launch parameters (not compiled in): split (teams per row; > 1 under
  * XENT_SEGMENTED, 1 otherwise) and the grid size.
  *
  * Workspace (zeroed once; every launch leaves its counters zero again):
- *   [0, 4)                  unused
+ *   [0, 4)                  unsigned ticket of the last block (not XENT_FINISH_APART)
  *   [4, 8)                  unsigned count of the rows finished (split rows, sum or mean), or
  *                           of the segments when few rows are merged in one level (one_level)
  *   [8, 16)                 unused
- *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight), summed by xent_fwd_finish
+ *   [16, 16 + 16*grid)      double2 per-block partials (loss, weight)
  *   then, when split > 1:   int row_arrivals[n] (16-aligned), float partials[n*split*PART_FLOATS]
  *                           (16-aligned), double2 row results[n] (summed in a fixed order by
  *                           the last row's team, so the result does not depend on which
@@ -86,6 +88,9 @@
 #endif
 #ifndef XENT_ONE_BLOCK
 #define XENT_ONE_BLOCK 0
+#endif
+#ifndef XENT_FINISH_APART
+#define XENT_FINISH_APART 0
 #endif
 #define POLY_EVERY (XENT_POLY ? XENT_POLY : 1)
 #include "shared/problem.cuh"

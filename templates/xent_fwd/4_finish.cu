@@ -71,6 +71,29 @@ __device__ __forceinline__ acc published_segment(const float *parts, long long r
 #if XENT_REDUCTION != 0
 #include "shared/blocksum.cuh"
 
+/* Sum pairs i = from, from + XENT_BLOCK, ... < count in that order. Four
+ * loads are issued before their adds, so the last block's pass over ~500
+ * partials waits on two L2 round trips, not five. */
+__device__ __forceinline__ void sum_published(const double2 *pairs, long long from, long long count,
+                                              double &x, double &y) {
+    long long i = from;
+    for (; i + 3 * XENT_BLOCK < count; i += 4 * XENT_BLOCK) {
+        double2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = published_d2(pairs + i + u * XENT_BLOCK);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            x += v[u].x;
+            y += v[u].y;
+        }
+    }
+    for (; i < count; i += XENT_BLOCK) {
+        double2 v = published_d2(pairs + i);
+        x += v.x;
+        y += v.y;
+    }
+}
+
 /* The scalar loss from the summed losses and weights. */
 __device__ __forceinline__ void write_loss(float *loss, double l, double wsum) {
     /* A zero weight sum makes PyTorch's nll mean 0/0: NaN, whatever the smoothing term. */
@@ -168,22 +191,45 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
 }
 #endif
 
-/* A block's sums into the loss: written by the grid's only block
- * (XENT_ONE_BLOCK), else stored as the block's partial at ws + 16 for
- * xent_fwd_finish, launched after the grid, to sum in a fixed order. The
- * block then leaves: its slot takes the next block at once, and the kernel
- * holds no last block's pass over the partials, whose code took 16 to 20
- * registers a thread more than the rows (72 against 56 at 32768x1000 bf16,
- * seven 128-thread blocks an SM instead of nine). */
+/* A block's sums into the loss. The grid's only block writes it
+ * (XENT_ONE_BLOCK). Under XENT_FINISH_APART each block stores its partial
+ * at ws + 16 and leaves, and xent_fwd_finish, launched after the grid, sums
+ * them in a fixed order: the kernel then holds no last block's pass over the
+ * partials, whose code took 16 to 20 registers a thread more than the rows
+ * (72 against 56 at 32768x1000 bf16: seven 128-thread blocks an SM instead
+ * of nine), and a block's slot takes the next block at once. Otherwise the
+ * last block to arrive sums them, without a second launch. */
 __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss, unsigned char *ws) {
-    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
 #if XENT_ONE_BLOCK
-    /* the same bits as xent_fwd_finish's sum of one partial, which adds zeros to it */
+    /* The grid's only block: its sums are the loss, written without publishing
+     * them, counting an arrival and reading them back (two L2 round trips).
+     * The same bits: the last block's pass over one partial adds zeros to it. */
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
     if (threadIdx.x == 0) write_loss(loss, loss_acc, weight_acc);
     (void)ws;
-#else
+#elif XENT_FINISH_APART
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
     if (threadIdx.x == 0) ((double2 *)(ws + 16))[blockIdx.x] = make_double2(loss_acc, weight_acc);
     (void)loss;
+#else
+    __shared__ bool last;
+    unsigned *ticket = (unsigned *)ws;
+    double2 *parts = (double2 *)(ws + 16);
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
+        last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
+    }
+    /* orders the other threads' reads after thread 0's acquire */
+    __syncthreads();
+    if (!last) return;
+    double l = 0.0, wsum = 0.0;
+    sum_published(parts, threadIdx.x, gridDim.x, l, wsum);
+    block_sum2(l, wsum, XENT_BLOCK);
+    if (threadIdx.x == 0) {
+        write_loss(loss, l, wsum);
+        *ticket = 0u;
+    }
 #endif
 }
 #endif

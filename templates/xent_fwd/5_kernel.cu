@@ -244,7 +244,7 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #if XENT_ONE_BLOCK
     if (gridDim.x != 1) __trap(); /* compiled for a one-block launch: several blocks would each write the loss */
 #endif
-#if XENT_REDUCTION != 0 && !XENT_SEGMENTED && !XENT_ONE_BLOCK && __CUDA_ARCH__ >= 900
+#if XENT_FINISH_APART && __CUDA_ARCH__ >= 900
     /* xent_fwd_finish may be scheduled once every block has started: it waits for the grid */
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
@@ -260,11 +260,11 @@ xent_fwd(const unsigned char *__restrict__ logits, const target_t *__restrict__ 
 #endif
 }
 
-#if XENT_REDUCTION != 0 && !XENT_SEGMENTED && !XENT_ONE_BLOCK
+#if XENT_FINISH_APART
 /* Partials a thread of xent_fwd_finish loads before it adds them. */
 #define FINISH_LOADS 8
 
-/* The loss from the blocks' partials (finish_reduction): one block of up
+/* The loss from the blocks' partials (finish_reduction, XENT_FINISH_APART): one block of up
  * to 1024 threads launched after the grid, each thread summing partials i,
  * i + blockDim.x, ... in order, then the block's fixed tree. As the grid's
  * programmatic dependent it is resident before the grid ends and waits here

@@ -588,50 +588,50 @@ START_TEST(test_one_block) {
 }
 END_TEST
 
-/* A sum or mean of several blocks: its blocks store their partials and
+/* A sum or mean of 32 MB or more: its blocks store their partials and
  * leave, and xent_fwd_finish sums them after the grid (finish=apart in the
- * plan's description), from a grid of many rounds (PERSIST=0) or of one.
- * Warp teams, a block a row, a thread a row over staged tiles; each dtype,
+ * plan's description), from a grid of many rounds (PERSIST=0) or of one;
+ * the same plan on a tenth of the rows finishes in its last block. Warp
+ * teams, a block a row, a thread a row over staged tiles; each dtype,
  * options, ignored rows, a caller's workspace, relaunches bitwise equal. */
 START_TEST(test_finish_apart) {
     static const struct {
         const char *cfg;
-        int64_t rows, c;
+        int64_t rows, c; /* 32 MB of 16-bit logits or more */
     } plans[] = {
-        {"VEC=4 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0", 100003, 100},
+        {"VEC=4 TPR=8 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=0", 200003, 100},
         {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=2 SPLIT=1 PERSIST=0", 20000, 2000},
-        {"VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 1000000, 7},
+        {"VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 2500000, 7},
     };
     int ok = 0, total = 0;
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
-        for (int k = 0; k < 6; k++) {
-            spec sp;
-            spec_init(&sp, "finish apart", plans[i].rows, plans[i].c);
-            sp.dt = (xent_dtype)((k + (int)i) % 3);
-            sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
-            sp.weights = k / 2 == 1;
-            sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
-            sp.lse = k == 3;
-            sp.p_ignore = k == 4 ? 0.3 : 0.0;
-            sp.own_ws = k % 3 == 0;
-            sp.repeat = 2;
-            xent_problem p;
-            xent_config cfg;
-            char why[256], desc[1400];
-            spec_problem(&sp, &p);
-            ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
-            for (int persist = 0; persist < 2; persist++) {
-                cfg.persist = persist;
+        for (int k = 0; k < 6; k++)
+            for (int tenth = 0; tenth < 2; tenth++) {
+                spec sp;
+                spec_init(&sp, "finish apart", tenth ? plans[i].rows / 10 : plans[i].rows, plans[i].c);
+                sp.dt = (xent_dtype)((k + (int)i) % 3);
+                sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
+                sp.weights = k / 2 == 1;
+                sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
+                sp.lse = k == 3;
+                sp.p_ignore = k == 4 ? 0.3 : 0.0;
+                sp.own_ws = k % 3 == 0;
+                sp.repeat = 2;
+                xent_problem p;
+                xent_config cfg;
+                char why[256], desc[1400];
+                spec_problem(&sp, &p);
+                ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
+                cfg.persist = k % 2 ? 0 : 1;
                 xent_plan *plan;
                 ck_assert_int_eq(xent_plan_build(G.ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &plan), XENT_OK);
                 ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
                 xent_plan_destroy(plan);
-                ck_assert_msg(strstr(desc, "finish=apart") != NULL, "%s", desc);
+                ck_assert_msg((strstr(desc, "finish=apart") == NULL) == tenth, "%s", desc);
                 sp.cfg = &cfg;
                 ok += run_check(&sp);
                 total++;
             }
-        }
     ck_assert_msg(ok == total, "%d of %d checks of a finish apart failed", total - ok, total);
 }
 END_TEST
