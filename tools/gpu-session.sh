@@ -35,7 +35,7 @@ run() { "$@" || { echo "FAILED($?): $*"; status=1; }; }
 # kernels compiled ahead on the build machine (docs/tuning.md, "Compiling ahead"), so that tunes
 # spend their budget timing; the key of each file names its template, architecture and NVRTC
 # (once per pack: a later call on the same warm machine finds the stamp and skips it)
-stamp="$XENT_KERNEL_CACHE/.unpacked-$(cksum < build/kernels.txz 2>/dev/null | cut -d' ' -f1)"
+stamp="$XENT_KERNEL_CACHE/.unpacked-$(cksum build/kernels.txz 2>/dev/null | cut -d' ' -f1)"
 if [ -f build/kernels.txz ] && [ ! -f "$stamp" ]; then
     mkdir -p "$XENT_KERNEL_CACHE"
     if tar -xJf build/kernels.txz -C "$XENT_KERNEL_CACHE" 2>/dev/null ||
@@ -169,18 +169,28 @@ for s in "$@"; do
         # minutes on an H200, more than one call of the device tool, so it also runs
         # by parts: SHIP_PARTS names some of f32 bf16 f16 f32:none bf16:none bench
         # train and adds them to SHIP_DB as it is (all parts start it from nothing);
-        # the cache is copied to $OUT/ship.db, to carry into the next call's SHIP_DB
+        # the cache is copied to $OUT/ship.db, to carry into the next call's SHIP_DB.
+        # SHIP_BUDGET replaces the sweeps' budgets (a large one, e.g. 600, times every
+        # variant: no stage left unreached); SHIP_EVERY=k with SHIP_OFFSET=0..k-1 takes
+        # every k-th shape of the sweeps' files, so that a part fits a call
         stage "the shipped cache (${SHIP_PARTS:-all parts, from nothing})"
         db=${SHIP_DB:-/tmp/xent-ship.db}
         [ -n "${SHIP_PARTS:-}" ] || rm -f "$db"
         ship() { run $TUNE --gpu h200 --db "$db" -q --top 1 "$@"; }
+        # a sweep file's shapes, every SHIP_EVERY-th from SHIP_OFFSET (comments dropped)
+        shapes() {
+            local f; f=$(mktemp)
+            sed 's/#.*//' "$1" | awk -v k="${SHIP_EVERY:-1}" -v o="${SHIP_OFFSET:-0}" 'NF { if (i++ % k == o) print }' > "$f"
+            echo "$f"
+        }
+        s32=$(shapes tunecache/sweep-shapes.txt) s16=$(shapes tunecache/sweep-shapes-16bit.txt)
         for part in ${SHIP_PARTS:-f32 bf16 f16 f32:none bf16:none bench train}; do
             echo "--- ship part $part ($(date -u +%H:%M:%S))"
             case $part in
-            f32) ship --shapes-file tunecache/sweep-shapes.txt --budget 3 ;;
-            bf16|f16) ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype "$part" --budget 5 ;;
-            f32:none) ship --shapes-file tunecache/sweep-shapes.txt --reduction none --budget 3 ;;
-            bf16:none) ship --shapes-file tunecache/sweep-shapes-16bit.txt --dtype bf16 --reduction none --budget 5 ;;
+            f32) ship --shapes-file "$s32" --budget "${SHIP_BUDGET:-3}" ;;
+            bf16|f16) ship --shapes-file "$s16" --dtype "$part" --budget "${SHIP_BUDGET:-5}" ;;
+            f32:none) ship --shapes-file "$s32" --reduction none --budget "${SHIP_BUDGET:-3}" ;;
+            bf16:none) ship --shapes-file "$s16" --dtype bf16 --reduction none --budget "${SHIP_BUDGET:-5}" ;;
             bench)
                 for sh in $TUNE_SHAPES; do
                     budget=8; [ "$sh" = 1048576x10 ] && budget=40 # its winner needed the larger budget
