@@ -545,6 +545,20 @@ START_TEST(test_large_offsets) {
 }
 END_TEST
 
+/* Case k (0-5) of plan i of a sum or mean's finish: the dtype turns with
+ * both, sum and mean alternate, then weights, smoothing, the lse, ignored
+ * rows, a caller's workspace; relaunches must be bitwise equal. */
+static void reduction_case(spec *sp, int k, int i) {
+    sp->dt = (xent_dtype)((k + i) % 3);
+    sp->red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
+    sp->weights = k / 2 == 1;
+    sp->smoothing = k / 2 == 2 ? 0.1f : 0.0f;
+    sp->lse = k == 3;
+    sp->p_ignore = k == 4 ? 0.3 : 0.0;
+    sp->own_ws = k % 3 == 0;
+    sp->repeat = 2;
+}
+
 /* A sum or mean whose launch is one block (XENT_ONE_BLOCK: the block writes
  * the loss from its own sums) and the same config one row past it (two
  * blocks: the published partials): warp teams, a block a row, a thread a row
@@ -566,14 +580,7 @@ START_TEST(test_one_block) {
             for (int k = 0; k < 6; k++) {
                 spec sp;
                 spec_init(&sp, "one block", plans[i].rows + extra, plans[i].c);
-                sp.dt = (xent_dtype)((k + (int)i) % 3);
-                sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
-                sp.weights = k / 2 == 1;
-                sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
-                sp.lse = k == 3;
-                sp.p_ignore = k == 4 ? 0.3 : 0.0;
-                sp.own_ws = k % 3 == 0;
-                sp.repeat = 2;
+                reduction_case(&sp, k, (int)i);
                 xent_problem p;
                 xent_config cfg;
                 char why[256];
@@ -609,14 +616,7 @@ START_TEST(test_finish_apart) {
             for (int tenth = 0; tenth < 2; tenth++) {
                 spec sp;
                 spec_init(&sp, "finish apart", tenth ? plans[i].rows / 10 : plans[i].rows, plans[i].c);
-                sp.dt = (xent_dtype)((k + (int)i) % 3);
-                sp.red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
-                sp.weights = k / 2 == 1;
-                sp.smoothing = k / 2 == 2 ? 0.1f : 0.0f;
-                sp.lse = k == 3;
-                sp.p_ignore = k == 4 ? 0.3 : 0.0;
-                sp.own_ws = k % 3 == 0;
-                sp.repeat = 2;
+                reduction_case(&sp, k, (int)i);
                 xent_problem p;
                 xent_config cfg;
                 char why[256], desc[1400];
