@@ -366,8 +366,9 @@ int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p) {
 }
 
 /* Bytes of logits from which a sum or mean of whole rows is finished apart:
- * its rows' kernel sheds the last block's pass and its registers, which made
- * mean plans of 42 MB to 420 MB 1-22% faster on the H100, while below 17 MB
+ * its rows' kernel sheds the last block's pass and its registers. On the
+ * H100 that made mean plans of 42 MB to 1.6 GB up to 22% faster at PERSIST=0
+ * and their persistent launches no more than 1% slower, while below 17 MB
  * the second launch cost more than it gave (up to 2.5 us on problems of a
  * few microseconds; bench/ab/finish-lean.txt, docs/performance.md). */
 #define FINISH_APART_MIN_BYTES (32L << 20)

@@ -42,8 +42,9 @@
  *   XENT_ONE_BLOCK 1 for a sum or mean of whole rows whose launch is one block (gen/render.c):
  *                that block writes the loss from its own sums (finish_reduction). The grid
  *                must be one block
- *   XENT_FINISH_APART 1 for a sum or mean of whole rows of many blocks (xent_fwd_finish_apart,
- *                gen/space.c): xent_fwd_finish sums the block partials after the grid
+ *   XENT_FINISH_APART 1 for a sum or mean of whole rows of 32 MB of logits or more, not one
+ *                block (xent_fwd_finish_apart, gen/space.c): xent_fwd_finish, launched after
+ *                the grid, sums the block partials
  * Launch parameters (not compiled in): split (teams per row; > 1 under
  * XENT_SEGMENTED, 1 otherwise) and the grid size.
  *
