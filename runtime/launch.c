@@ -84,6 +84,22 @@ static int check_grad_args(xent_plan *plan, const xent_args *a) {
     return XENT_OK;
 }
 
+/* The second kernel of a plan of two (the training rows after the weight
+ * sums, xent_fwd_finish after the forward rows): a programmatic dependent of
+ * the first where the plan says the driver and GPU have the launch
+ * (plan->dependent), so that it starts before the first ends; else after it
+ * on the stream. */
+static CUresult launch_second(const xent_plan *plan, CUfunction fn, unsigned grid, unsigned block, unsigned smem,
+                              CUstream stream, void **params) {
+    const xent_driver *d = plan->ctx->drv;
+    if (!plan->dependent) return d->LaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, NULL);
+    CUlaunchAttribute early = {0};
+    early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    early.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {grid, 1, 1, block, 1, 1, smem, stream, &early, 1};
+    return d->LaunchKernelEx(&cfg, fn, params, NULL);
+}
+
 static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUdeviceptr ws) {
     const xent_problem *p = &plan->problem;
     xent_context *ctx = plan->ctx;
@@ -112,35 +128,20 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
     if (plan->fn_denom)
         r = ctx->drv->LaunchKernel(plan->fn_denom, plan->denom_grid, 1, 1, 256, 1, 1, 0, stream, params, NULL);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuLaunchKernel", r);
-    if (plan->dependent) {
-        CUlaunchAttribute early = {0};
-        early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        early.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig cfg = {plan->grid, 1, 1, plan->block, 1, 1, plan->smem, stream, &early, 1};
-        r = ctx->drv->LaunchKernelEx(&cfg, plan->fn, params, NULL);
-        return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernelEx", r);
-    }
-    r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, stream, params, NULL);
-    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
+    r = launch_second(plan, plan->fn, plan->grid, plan->block, plan->smem, stream, params);
+    if (r == CUDA_SUCCESS) return XENT_OK;
+    return xent_fail_cuda(ctx, plan->dependent ? "cuLaunchKernelEx" : "cuLaunchKernel", r);
 }
 
 /* Threads of xent_fwd_finish's one block (at most its launch bound, 1024). */
 #define FINISH_THREADS 1024
 
-/* xent_fwd_finish, one block after the rows' grid: its programmatic
- * dependent where the driver and GPU have the launch, so that it is resident
- * when the grid ends. */
+/* xent_fwd_finish, one block after the rows' grid, resident before it ends
+ * where it is their programmatic dependent. */
 static CUresult launch_finish(xent_plan *plan, CUstream stream, float *loss, CUdeviceptr ws) {
     long long nparts = plan->grid;
     void *params[] = {&loss, &ws, &nparts};
-    const xent_driver *d = plan->ctx->drv;
-    if (!plan->dependent)
-        return d->LaunchKernel(plan->fn_finish, 1, 1, 1, FINISH_THREADS, 1, 1, 0, stream, params, NULL);
-    CUlaunchAttribute early = {0};
-    early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    early.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg = {1, 1, 1, FINISH_THREADS, 1, 1, 0, stream, &early, 1};
-    return d->LaunchKernelEx(&cfg, plan->fn_finish, params, NULL);
+    return launch_second(plan, plan->fn_finish, 1, FINISH_THREADS, 0, stream, params);
 }
 
 int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {

@@ -110,6 +110,11 @@ int xent_launch_shape(xent_context *ctx, CUfunction fn, const xent_problem *p, c
     return XENT_OK;
 }
 
+/* Whether a plan's second kernel can be launched as a programmatic
+ * dependent of its first: sm_90 and a driver that has cuLaunchKernelEx
+ * (runtime/driver.c). */
+static int dependent_launch(const xent_context *ctx) { return ctx->drv->LaunchKernelEx && ctx->arch >= 90; }
+
 static int load_kernel(xent_context *ctx, xent_plan *plan) {
     xent_cubin bin;
     /* the compile log goes through xent_fail, which keeps each thread's message its own */
@@ -138,9 +143,8 @@ static int load_kernel(xent_context *ctx, xent_plan *plan) {
         long long g = (p->n + 255) / 256;
         plan->denom_grid = (unsigned)min_ll(g > 0 ? g : 1, GRAD_DENOM_BLOCKS);
         /* the rows start while the denominators are summed, and wait for them
-         * (griddepcontrol.wait) only where they first read them: sm_90 and a
-         * driver that has the launch (runtime/driver.c) */
-        plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;
+         * (griddepcontrol.wait) only where they first read them */
+        plan->dependent = dependent_launch(ctx);
     }
     /* Past 48 KB with the static shared memory, a block's dynamic shared
      * memory (TILE's rows, STASH's chunks) must be opted in to, or the launch fails. */
@@ -157,7 +161,7 @@ static int choose_finish(xent_context *ctx, xent_plan *plan) {
     if (!xent_fwd_finish_apart(&plan->config, &plan->problem)) return XENT_OK;
     CUresult r = ctx->drv->ModuleGetFunction(&plan->fn_finish, plan->module, "xent_fwd_finish");
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleGetFunction(xent_fwd_finish)", r);
-    plan->dependent = ctx->drv->LaunchKernelEx && ctx->arch >= 90;
+    plan->dependent = dependent_launch(ctx);
     return XENT_OK;
 }
 
