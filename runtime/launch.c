@@ -88,16 +88,21 @@ static int check_grad_args(xent_plan *plan, const xent_args *a) {
  * sums, xent_fwd_finish after the forward rows): a programmatic dependent of
  * the first where the plan says the driver and GPU have the launch
  * (plan->dependent), so that it starts before the first ends; else after it
- * on the stream. */
-static CUresult launch_second(const xent_plan *plan, CUfunction fn, unsigned grid, unsigned block, unsigned smem,
-                              CUstream stream, void **params) {
+ * on the stream. A failure is reported under the call that made it. */
+static int launch_second(const xent_plan *plan, CUfunction fn, unsigned grid, unsigned block, unsigned smem,
+                         CUstream stream, void **params) {
     const xent_driver *d = plan->ctx->drv;
-    if (!plan->dependent) return d->LaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, NULL);
+    CUresult r;
+    if (!plan->dependent) {
+        r = d->LaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, stream, params, NULL);
+        return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(plan->ctx, "cuLaunchKernel", r);
+    }
     CUlaunchAttribute early = {0};
     early.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     early.value.programmaticStreamSerializationAllowed = 1;
     CUlaunchConfig cfg = {grid, 1, 1, block, 1, 1, smem, stream, &early, 1};
-    return d->LaunchKernelEx(&cfg, fn, params, NULL);
+    r = d->LaunchKernelEx(&cfg, fn, params, NULL);
+    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(plan->ctx, "cuLaunchKernelEx", r);
 }
 
 static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUdeviceptr ws) {
@@ -128,9 +133,7 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
     if (plan->fn_denom)
         r = ctx->drv->LaunchKernel(plan->fn_denom, plan->denom_grid, 1, 1, 256, 1, 1, 0, stream, params, NULL);
     if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuLaunchKernel", r);
-    r = launch_second(plan, plan->fn, plan->grid, plan->block, plan->smem, stream, params);
-    if (r == CUDA_SUCCESS) return XENT_OK;
-    return xent_fail_cuda(ctx, plan->dependent ? "cuLaunchKernelEx" : "cuLaunchKernel", r);
+    return launch_second(plan, plan->fn, plan->grid, plan->block, plan->smem, stream, params);
 }
 
 /* Threads of xent_fwd_finish's one block (at most its launch bound, 1024). */
@@ -138,7 +141,7 @@ static int launch_grad(xent_plan *plan, CUstream stream, const xent_args *a, CUd
 
 /* xent_fwd_finish, one block after the rows' grid, resident before it ends
  * where it is their programmatic dependent. */
-static CUresult launch_finish(xent_plan *plan, CUstream stream, float *loss, CUdeviceptr ws) {
+static int launch_finish(xent_plan *plan, CUstream stream, float *loss, CUdeviceptr ws) {
     long long nparts = plan->grid;
     void *params[] = {&loss, &ws, &nparts};
     return launch_second(plan, plan->fn_finish, 1, FINISH_THREADS, 0, stream, params);
@@ -179,9 +182,10 @@ int xent_plan_launch(xent_plan *plan, void *stream, const xent_args *a) {
     if ((rc = xent_ctx_enter(ctx, &pushed))) return rc;
     CUresult r = ctx->drv->LaunchKernel(plan->fn, plan->grid, 1, 1, plan->block, 1, 1, plan->smem, (CUstream)stream,
                                         params, NULL);
-    if (r == CUDA_SUCCESS && plan->fn_finish) r = launch_finish(plan, (CUstream)stream, a->loss, ws);
+    rc = r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
+    if (!rc && plan->fn_finish) rc = launch_finish(plan, (CUstream)stream, a->loss, ws);
     xent_ctx_leave(ctx, pushed);
-    return r == CUDA_SUCCESS ? XENT_OK : xent_fail_cuda(ctx, "cuLaunchKernel", r);
+    return rc;
 }
 
 int xent_forward(xent_context *ctx, const xent_problem *p, const xent_args *args, void *stream) {
