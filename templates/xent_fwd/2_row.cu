@@ -102,31 +102,81 @@ __device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], i
 }
 #endif
 
+/* Weighted smoothing loads a class weight a logit, beside the sum. Where a warp lies inside one
+ * team (TPR >= 32), those loads span a lane every XENT_VEC classes and made the L1 the bound
+ * (8192x32000 bf16 1.4 times as long): there a 16-bit item of eight or four logits loads its
+ * weights four a load, from the 16 bytes at or below its first class, and shifts them into
+ * place when its row starts off 16 bytes. Narrower teams share a warp's classes across its
+ * rows, and loading the weights together was slower there (65536x1000 bf16, VEC=4 TPR=8, by
+ * 13%), as it was for fp32 items (a 16384x2000 VEC=2 kernel by half). */
+#define WEIGHT_VECTORS (XENT_SMOOTHING && XENT_WEIGHTS && XENT_LOGIT != 0 && XENT_VEC >= 4 && XENT_TPR >= 32)
+#if WEIGHT_VECTORS
+/* The weights of classes j .. j + XENT_VEC - 1 (w on 16 bytes): the vectors from j - m, m = j % 4,
+ * and for m > 0 one more, whole where it ends before vend (the row's vectors' end, so inside the
+ * weights), else its first m classes, which are the item's. */
+__device__ __forceinline__ void item_weights(const float *__restrict__ w, int j, int vend, float (&wv)[XENT_VEC]) {
+    const int m = j & 3;
+    const float *b = w + (j - m);
+    float f[XENT_VEC + 3];
+#pragma unroll
+    for (int e = 0; e < XENT_VEC; e += 4) {
+        const float4 q = __ldg((const float4 *)(b + e));
+        f[e] = q.x, f[e + 1] = q.y, f[e + 2] = q.z, f[e + 3] = q.w;
+    }
+    if (m && j - m + XENT_VEC + 4 <= vend) {
+        const float4 q = __ldg((const float4 *)(b + XENT_VEC));
+        f[XENT_VEC] = q.x, f[XENT_VEC + 1] = q.y, f[XENT_VEC + 2] = q.z;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 3; i++) f[XENT_VEC + i] = i < m ? __ldg(b + XENT_VEC + i) : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < XENT_VEC; e++)
+        wv[e] = m == 0 ? f[e] : m == 1 ? f[e + 1] : m == 2 ? f[e + 2] : f[e + 3];
+}
+#endif
+
 /* The sum of a loaded chunk's terms; the -inf the missing vectors read as add 0. */
 /* With smoothing, the side sums of the valid items too, in the same pass: each
  * element is widened once and used at once, so a 16-bit chunk is never held
  * widened (a separate side loop kept the widened chunk live and spilled). */
-template <bool FFMA>
+/* WV: the items' weights come four a load (WEIGHT_VECTORS, the launch's weights on 16 bytes);
+ * a separate instantiation, since a test an element cost a branch each. */
+template <bool FFMA, bool WV>
 __device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS], const shift &h, acc &a,
-                                         int valid, int j_lane, const float *__restrict__ w) {
+                                         int valid, int j_lane, int vend, const float *__restrict__ w) {
     float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
 #pragma unroll
-    for (int k = 0; k < ITEMS_LIVE; k++)
+    for (int k = 0; k < ITEMS_LIVE; k++) {
+#if WEIGHT_VECTORS
+        float wv[XENT_VEC];
+        if (WV && k * XENT_TPR < valid) item_weights(w, j_lane + k * XENT_TPR * XENT_VEC, vend, wv);
+#endif
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) {
             const int i = k * XENT_VEC + e;
             const float v = elem(r[k], e);
             const float x = shifted_term<FFMA>(v, h, XENT_POLY && i % POLY_EVERY == POLY_EVERY - 1);
             s[i & 1] = i < 2 ? x : s[i & 1] + x;
+#if WEIGHT_VECTORS
+            if (WV && k * XENT_TPR < valid) {
+                a.sx = fmaf(wv[e], v, a.sx); /* as acc_side, in its order */
+                a.sw += wv[e];
+            }
+#endif
 #if XENT_SMOOTHING
-            if (k * XENT_TPR < valid) acc_side(a, v, j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
+            if (!WV && k * XENT_TPR < valid) acc_side(a, v, j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
 #endif
         }
+    }
 #if !XENT_SMOOTHING
     (void)a;
     (void)valid;
     (void)j_lane;
     (void)w;
+#endif
+#if !WEIGHT_VECTORS
+    (void)vend;
 #endif
     return s[0] + s[1];
 }
@@ -164,7 +214,14 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
     (void)valid;
 #endif
     const shift h = make_shift(ml);
-    return h.ffma ? exp_sum<true>(r, h, a, valid, j_lane, w) * h.fix : exp_sum<false>(r, h, a, valid, j_lane, w);
+    const int vend = l.head + l.nv * XENT_VEC;
+#if WEIGHT_VECTORS
+    if (((size_t)w & (4 * sizeof(float) - 1)) == 0) /* uniform: the launch's weights */
+        return h.ffma ? exp_sum<true, true>(r, h, a, valid, j_lane, vend, w) * h.fix
+                      : exp_sum<false, true>(r, h, a, valid, j_lane, vend, w);
+#endif
+    return h.ffma ? exp_sum<true, false>(r, h, a, valid, j_lane, vend, w) * h.fix
+                  : exp_sum<false, false>(r, h, a, valid, j_lane, vend, w);
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */
