@@ -237,6 +237,59 @@ START_TEST(test_compile_many) {
 }
 END_TEST
 
+/* A launch the driver refuses, at each launch of a plan: the call returns XENT_ECUDA with a message
+ * that names the driver call that failed, and the plan launches again once the driver takes it. */
+typedef struct launch_fault {
+    const char *name;
+    xent_op op;
+    int64_t n, c;     /* fp32 logits */
+    int entry;        /* the stand-in entry point that fails: 1 cuLaunchKernel, 2 cuLaunchKernelEx */
+    const char *call; /* the message's start */
+    int apart;        /* whether the plan launches xent_fwd_finish after its rows */
+} launch_fault;
+
+static const launch_fault faults[] = {
+    {"a forward's rows", XENT_OP_FORWARD, 512, 4096, 1, "cuLaunchKernel failed", 0},
+    {"a forward's finish (64 MB of logits)", XENT_OP_FORWARD, 4096, 4096, 2, "cuLaunchKernelEx failed", 1},
+    {"a gradient's weight sums", XENT_OP_FUSED, 512, 4096, 1, "cuLaunchKernel failed", 0},
+    {"a gradient's rows", XENT_OP_FUSED, 512, 4096, 2, "cuLaunchKernelEx failed", 0},
+};
+
+START_TEST(test_launch_fault) {
+    const launch_fault *f = &faults[_i];
+    setenv("XENT_TUNECACHE", tpath("tune.db"), 1);
+    xent_context *ctx = NULL;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(lib, "libcuda.so.1 is not loaded");
+    void (*fail_next)(int) = (void (*)(int))dlsym(lib, "standin_fail_next_launch");
+    ck_assert_msg(fail_next, "the stand-in has no standin_fail_next_launch");
+    xent_problem p;
+    xent_problem_init(&p, f->n, f->c);
+    p.op = f->op;
+    xent_plan *plan = NULL;
+    ck_assert_int_eq(xent_plan_get(ctx, &p, &plan), XENT_OK);
+    char desc[1400];
+    ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
+    ck_assert_msg((strstr(desc, "finish=apart") != NULL) == f->apart, "%s: plan %s", f->name, desc);
+    void *ws = aligned_alloc(16, (xent_workspace_size(plan) + 15) & ~(size_t)15);
+    ck_assert(ws);
+    xent_args a = {.logits = device_buf, .targets = device_buf, .loss = (float *)device_buf, .workspace = ws};
+    if (f->op == XENT_OP_FUSED) a.grad = device_buf + 4096;
+    fail_next(f->entry);
+    int rc = xent_plan_launch(plan, NULL, &a);
+    fail_next(0);
+    ck_assert_msg(rc == XENT_ECUDA, "%s: a refused launch gave %s", f->name, xent_errstr(rc));
+    const char *msg = xent_errmsg(ctx);
+    ck_assert_msg(!strncmp(msg, f->call, strlen(f->call)) && strstr(msg, "CUDA_ERROR_STANDIN"), "%s: '%s'", f->name,
+                  msg);
+    rc = xent_plan_launch(plan, NULL, &a);
+    ck_assert_msg(rc == XENT_OK, "%s: the launch after: %s: %s", f->name, xent_errstr(rc), xent_errmsg(ctx));
+    free(ws);
+    xent_context_destroy(ctx);
+}
+END_TEST
+
 static void make_tmpdir(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/xent-threads-XXXXXX");
     ck_assert(mkdtemp(tmpdir));
@@ -261,5 +314,10 @@ int main(int argc, char **argv) {
     };
     Suite *s = suite_create("threads");
     add_scratch_tests(s, tests, sizeof tests / sizeof tests[0], make_tmpdir, NULL);
+    TCase *tc = tcase_create("launch faults");
+    tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_launch_fault, 0, (int)(sizeof faults / sizeof faults[0]));
+    suite_add_tcase(s, tc);
     return run_suite(s);
 }

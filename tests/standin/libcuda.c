@@ -8,7 +8,8 @@
  * a block of 1..1024 threads and a parameter array. Kernels do not run;
  * launches are counted, per function and in all, and standin_counts() gives
  * the totals to tests (standin_programmatic() those launched as programmatic
- * dependents). Device pointers are host pointers. */
+ * dependents); standin_fail_next_launch() makes a launch fail, as a driver
+ * refuses one. Device pointers are host pointers. */
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -176,9 +177,19 @@ EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f
     *n = smem > (100u << 10) ? 1 : 2048 / block > 8 ? 8 : 2048 / block;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                               unsigned bz, unsigned smem, CUstream s, void **params, void **extra) {
-    (void)s, (void)extra;
+/* The next launch of one entry point fails, once: 1 cuLaunchKernel, 2 cuLaunchKernelEx, 0 none,
+ * so that tests can check what the runtime reports of a launch the driver refused. */
+static atomic_int fail_next;
+
+EXPORT void standin_fail_next_launch(int entry) { atomic_store(&fail_next, entry); }
+
+static int failing(int entry) {
+    int want = entry;
+    return atomic_compare_exchange_strong(&fail_next, &want, 0);
+}
+
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void **params) {
     NEED_CONTEXT();
     standin_function *fn = (standin_function *)f;
     if (!fn || !params || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024 ||
@@ -189,17 +200,26 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned smem, CUstream s, void **params, void **extra) {
+    (void)s, (void)extra;
+    if (failing(1)) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    return launch(f, gx, gy, gz, bx, by, bz, smem, params);
+}
+
 /* As cuLaunchKernel, with the one attribute xent asks for: programmatic
  * stream serialization (a dependent launch), counted apart. */
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    (void)extra;
     if (!cfg || (cfg->numAttrs && !cfg->attrs)) return CUDA_ERROR_INVALID_VALUE;
     int programmatic = 0;
     for (unsigned i = 0; i < cfg->numAttrs; i++) {
         if (cfg->attrs[i].id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) return CUDA_ERROR_NOT_SUPPORTED;
         programmatic = cfg->attrs[i].value.programmaticStreamSerializationAllowed != 0;
     }
-    CUresult r = cuLaunchKernel(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY,
-                                cfg->blockDimZ, cfg->sharedMemBytes, cfg->hStream, params, extra);
+    if (failing(2)) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    CUresult r = launch(f, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
+                        cfg->sharedMemBytes, params);
     if (r == CUDA_SUCCESS && programmatic) atomic_fetch_add(&n_programmatic, 1);
     return r;
 }
