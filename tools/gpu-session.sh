@@ -92,8 +92,18 @@ for s in "$@"; do
         done ;;
     profile)
         # hardware counters of xent's shipped plan (or PROFILE_TUNECACHE's) and
-        # of the streaming read over the same bytes (bench/ncu_profile.py)
+        # of the streaming read over the same bytes (bench/ncu_profile.py);
+        # PROFILE_TUNE_BUDGET=S tunes each shape first (S seconds, i64 targets,
+        # mean) into PROFILE_TUNECACHE (default /tmp/xent-profile.db) and
+        # profiles that plan: a problem's own tune, not the nearest entry's
         stage "profile (Nsight Compute)"
+        if [ -n "${PROFILE_TUNE_BUDGET:-}" ]; then
+            PROFILE_TUNECACHE=${PROFILE_TUNECACHE:-/tmp/xent-profile.db}
+            for sh in ${PROFILE_SHAPES:-}; do
+                dt=f32; [ "$sh" = "${sh%:*}" ] || dt=${sh#*:}
+                run $TUNE --shape "${sh%:*}" --dtype "$dt" --budget "$PROFILE_TUNE_BUDGET" --db "$PROFILE_TUNECACHE" -q --top 3
+            done
+        fi
         for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10 4096x32000 8192x128256:bf16}; do
             echo "--- $sh" >> "$OUT/profile.txt"
             XENT_TUNECACHE=${PROFILE_TUNECACHE:-/nonexistent} run timeout 120 ncu --clock-control none -k 'regex:xent_fwd|stream_read' \
