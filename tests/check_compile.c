@@ -254,6 +254,19 @@ START_TEST(sweep_spills_stay_fixed) {
 }
 END_TEST
 
+/* Weighted smoothing's weights four a load (16-bit items of 4 or 8 logits, teams of a warp or more),
+ * at the most registers any candidate of 4096x50257 f16 took (two-pass chunks of 32 words, POLY)
+ * and at a 512-thread block's 128, under the problem variants: no spills, no stack. */
+START_TEST(weight_vector_configs_compile) {
+    static const listed_config cases[] = {
+        {XENT_F16, "VEC=8 TPR=256 BLOCK=256 ITEMS=8 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 POLY=4"},
+        {XENT_BF16, "VEC=8 TPR=512 BLOCK=512 ITEMS=4 PASSES=2 CACHE=2 TILE=0 SPLIT=1 PERSIST=3 POLY=8"},
+        {XENT_BF16, "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1"},
+    };
+    compile_listed(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
 /* POLY's polynomial beside the MUFU terms, both shares, both 16-bit types,
  * a whole-block team and a thread per row, under the problem variants: no
  * spills, no stack. */
@@ -557,6 +570,7 @@ int main(void) {
     tcase_add_loop_test(tc, code_hash_ignores_comments_and_layout, 0, (int)(sizeof code_pairs / sizeof code_pairs[0]));
     tcase_add_test(tc, heuristic_configs_compile);
     tcase_add_test(tc, sweep_spills_stay_fixed);
+    tcase_add_test(tc, weight_vector_configs_compile);
     tcase_add_test(tc, tile_configs_compile);
     tcase_add_test(tc, fixed_c_configs_compile);
     suite_add_tcase(s, tc);
