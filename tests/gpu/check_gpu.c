@@ -14,8 +14,9 @@
  *     2^31 elements (64-bit indexing); each shape runs none, sum and mean with
  *     rotating dtype pairs and options;
  *   - the matrix: every dtype pair (f32/f16/bf16 x i32/i64) x every reduction
- *     x {plain, weights, smoothing, weights+smoothing, ignore_index inside
- *     [0, c) with ignored rows, write_lse} on three shapes;
+ *     x {plain, weights, smoothing, weights+smoothing (half of them with the
+ *     weights off 16 bytes), ignore_index inside [0, c) with ignored rows,
+ *     write_lse} on three shapes;
  *   - ignore_index (random ignored rows; -100, -1, a value inside [0, c), a
  *     huge one) and all rows ignored (mean NaN, sum 0, none all 0);
  *   - large logit offsets (+-100, +-1000) with and without smoothing;
@@ -391,6 +392,7 @@ static void matrix_spec(int m, int k, spec *sp) {
     case 2: sp->smoothing = 0.1f; break; /* label smoothing */
     case 3:
         sp->weights = 1;
+        sp->woff = k & 1; /* half of them off 16 bytes: the 16-bit wide teams' per-class path */
         sp->smoothing = 0.25f;
         sp->p_ignore = 0.1;
         break;

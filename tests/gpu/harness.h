@@ -80,6 +80,7 @@ typedef struct spec {
     double p_ignore; /* probability that a row's target is ignore_index */
     float smoothing;
     int weights, lse;
+    int woff; /* weights pointer offset in floats: 1 puts them off 16 bytes (their per-class loads) */
     int dist;
     float scale, offset, jitter; /* x = offset + jitter * N(row) + scale * N */
     int use_stream;              /* launch on G.stream instead of the legacy stream */
@@ -114,11 +115,12 @@ static const char *red_name(xent_reduction r) {
 
 static void spec_describe(const spec *sp, uint64_t seed, char *buf, size_t len) {
     snprintf(buf, len,
-             "[%s] %" PRId64 "x%" PRId64 " stride=%" PRId64 " off=%d %s/%s %s w=%d ls=%g lse=%d "
+             "[%s] %" PRId64 "x%" PRId64 " stride=%" PRId64 " off=%d %s/%s %s w=%d woff=%d ls=%g lse=%d "
              "ignore=%" PRId64 " p_ign=%g bad=%d dist=%d scale=%g offset=%g jitter=%g stream=%d ws=%d seed=%016" PRIx64,
              sp->label, sp->n, sp->c, sp->stride ? sp->stride : sp->c, sp->off, dt_name(sp->dt), it_name(sp->it),
-             red_name(sp->red), sp->weights, (double)sp->smoothing, sp->lse, sp->ignore_index, sp->p_ignore, sp->bad,
-             sp->dist, (double)sp->scale, (double)sp->offset, (double)sp->jitter, sp->use_stream, sp->own_ws, seed);
+             red_name(sp->red), sp->weights, sp->woff, (double)sp->smoothing, sp->lse, sp->ignore_index, sp->p_ignore,
+             sp->bad, sp->dist, (double)sp->scale, (double)sp->offset, (double)sp->jitter, sp->use_stream, sp->own_ws,
+             seed);
 }
 
 static void spec_problem(const spec *sp, xent_problem *p) {
@@ -500,8 +502,8 @@ static int run_check(const spec *sp) {
     dtgt = dalloc((size_t)n * (sp->it == XENT_I64 ? 8 : 4));
     CU(G.drv->MemcpyHtoD(dtgt, tgt, (size_t)n * (sp->it == XENT_I64 ? 8 : 4)));
     if (w) {
-        dw = dalloc((size_t)c * 4);
-        CU(G.drv->MemcpyHtoD(dw, w, (size_t)c * 4));
+        dw = dalloc((size_t)(c + sp->woff) * 4);
+        CU(G.drv->MemcpyHtoD(dw + (CUdeviceptr)sp->woff * 4, w, (size_t)c * 4));
     }
     dloss = dalloc((size_t)(nout + GUARD) * 4);
     if (sp->lse) dlse = dalloc((size_t)(n + GUARD) * 4);
@@ -519,7 +521,7 @@ static int run_check(const spec *sp) {
     memset(&a, 0, sizeof a);
     a.logits = (const void *)(uintptr_t)(dlog + (CUdeviceptr)((size_t)sp->off * es));
     a.targets = (const void *)(uintptr_t)dtgt;
-    a.weights = (const float *)(uintptr_t)dw;
+    a.weights = dw ? (const float *)(uintptr_t)(dw + (CUdeviceptr)sp->woff * 4) : NULL;
     a.loss = (float *)(uintptr_t)dloss;
     a.lse = (float *)(uintptr_t)dlse;
     a.workspace = (void *)(uintptr_t)dws;
