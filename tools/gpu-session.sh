@@ -101,7 +101,8 @@ for s in "$@"; do
             PROFILE_TUNECACHE=${PROFILE_TUNECACHE:-/tmp/xent-profile.db}
             for sh in ${PROFILE_SHAPES:-}; do
                 dt=f32; [ "$sh" = "${sh%:*}" ] || dt=${sh#*:}
-                run $TUNE --shape "${sh%:*}" --dtype "$dt" --budget "$PROFILE_TUNE_BUDGET" --db "$PROFILE_TUNECACHE" -q --top 3
+                run $TUNE --shape "${sh%:*}" --dtype "$dt" --budget "$PROFILE_TUNE_BUDGET" \
+                    --db "$PROFILE_TUNECACHE" -q --top 3
             done
         fi
         for sh in ${PROFILE_SHAPES:-32768x4096 32768x4096:bf16 1048576x10 4096x32000 8192x128256:bf16}; do
