@@ -85,6 +85,22 @@ static void problem_of(const worker *w, int k, xent_problem *p) {
     p->op = tc->op;
 }
 
+/* A symbol of the loaded stand-in driver, which only it exports. */
+static void *standin_symbol(const char *name) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(lib, "libcuda.so.1 is not loaded");
+    void *sym = dlsym(lib, name);
+    ck_assert_msg(sym, "the loaded libcuda.so.1 has no %s: not the stand-in", name);
+    return sym;
+}
+
+/* A launch's arguments on the stand-in, which never reads through them; fused ops write a gradient. */
+static xent_args standin_args(xent_op op, void *ws) {
+    xent_args a = {.logits = device_buf, .targets = device_buf, .loss = (float *)device_buf, .workspace = ws};
+    if (op == XENT_OP_FUSED) a.grad = device_buf + 4096;
+    return a;
+}
+
 #define FAIL(w, ...) (snprintf((w)->failure, sizeof(w)->failure, __VA_ARGS__), (void *)0)
 
 static void *work(void *arg) {
@@ -111,8 +127,7 @@ static void *work(void *arg) {
         size_t ws_size = xent_workspace_size(w->plans[k]);
         void *ws = aligned_alloc(16, (ws_size + 15) & ~(size_t)15);
         if (!ws) return FAIL(w, "no workspace");
-        xent_args a = {.logits = device_buf, .targets = device_buf, .loss = (float *)device_buf, .workspace = ws};
-        if (tc->op == XENT_OP_FUSED) a.grad = device_buf + 4096;
+        xent_args a = standin_args(tc->op, ws);
         for (int l = 0; l < LAUNCHES; l++) {
             if (tc->share == MIXED && w->index % 2) {
                 xent_args skew = a;
@@ -140,14 +155,10 @@ static void run_case(const thread_case *tc) {
     xent_context *ctx = NULL;
     int rc = xent_context_create(&ctx, 0);
     ck_assert_msg(rc == XENT_OK, "stand-in context: %s: %s", xent_errstr(rc), xent_errmsg(ctx));
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    ck_assert_msg(lib, "libcuda.so.1 is not loaded");
-    counts_fn counts = (counts_fn)dlsym(lib, "standin_counts");
-    ck_assert_msg(counts, "the loaded libcuda.so.1 is not the stand-in");
+    counts_fn counts = (counts_fn)standin_symbol("standin_counts");
     long launches0, modules0, launches, modules, allocs, frees;
     counts(&launches0, &modules0, NULL, NULL);
-    long (*programmatic)(void) = (long (*)(void))dlsym(lib, "standin_programmatic");
-    ck_assert_msg(programmatic, "the stand-in has no standin_programmatic");
+    long (*programmatic)(void) = (long (*)(void))standin_symbol("standin_programmatic");
     long dependents0 = programmatic();
 
     static worker w[MAX_THREADS];
@@ -155,8 +166,8 @@ static void run_case(const thread_case *tc) {
     memset(w, 0, sizeof w);
     for (int i = 0; i < tc->threads; i++) {
         w[i] = (worker){.tc = tc, .index = i, .ctx = ctx};
-        w[i].stream_create = (stream_create_fn)dlsym(lib, "cuStreamCreate");
-        w[i].stream_destroy = (stream_destroy_fn)dlsym(lib, "cuStreamDestroy_v2");
+        w[i].stream_create = (stream_create_fn)standin_symbol("cuStreamCreate");
+        w[i].stream_destroy = (stream_destroy_fn)standin_symbol("cuStreamDestroy_v2");
         ck_assert_int_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
     }
     for (int i = 0; i < tc->threads; i++) pthread_join(th[i], NULL);
@@ -260,10 +271,7 @@ START_TEST(test_launch_fault) {
     setenv("XENT_TUNECACHE", tpath("tune.db"), 1);
     xent_context *ctx = NULL;
     ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    ck_assert_msg(lib, "libcuda.so.1 is not loaded");
-    void (*fail_next)(int) = (void (*)(int))dlsym(lib, "standin_fail_next_launch");
-    ck_assert_msg(fail_next, "the stand-in has no standin_fail_next_launch");
+    void (*fail_next)(int) = (void (*)(int))standin_symbol("standin_fail_next_launch");
     xent_problem p;
     xent_problem_init(&p, f->n, f->c);
     p.op = f->op;
@@ -274,8 +282,7 @@ START_TEST(test_launch_fault) {
     ck_assert_msg((strstr(desc, "finish=apart") != NULL) == f->apart, "%s: plan %s", f->name, desc);
     void *ws = aligned_alloc(16, (xent_workspace_size(plan) + 15) & ~(size_t)15);
     ck_assert(ws);
-    xent_args a = {.logits = device_buf, .targets = device_buf, .loss = (float *)device_buf, .workspace = ws};
-    if (f->op == XENT_OP_FUSED) a.grad = device_buf + 4096;
+    xent_args a = standin_args(f->op, ws);
     fail_next(f->entry);
     int rc = xent_plan_launch(plan, NULL, &a);
     fail_next(0);

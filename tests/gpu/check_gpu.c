@@ -547,10 +547,14 @@ START_TEST(test_large_offsets) {
 }
 END_TEST
 
-/* Case k (0-5) of plan i of a sum or mean's finish: the dtype turns with
- * both, sum and mean alternate, then weights, smoothing, the lse, ignored
- * rows, a caller's workspace; relaunches must be bitwise equal. */
-static void reduction_case(spec *sp, int k, int i) {
+/* Check k (0-5) of plan i of a sum or mean's finish, rows x c under cfg_text: the dtype turns
+ * with both, sum and mean alternate, then weights, smoothing, the lse, ignored rows, a caller's
+ * workspace; relaunches must be bitwise equal. Fills the spec, its problem and its config
+ * (sp->cfg points at cfg), for the caller to assert the launch it expects. */
+static void reduction_spec(spec *sp, xent_problem *p, xent_config *cfg, const char *label, const char *cfg_text,
+                           int64_t rows, int64_t c, int k, int i) {
+    char why[256];
+    spec_init(sp, label, rows, c);
     sp->dt = (xent_dtype)((k + i) % 3);
     sp->red = k % 2 ? XENT_REDUCE_SUM : XENT_REDUCE_MEAN;
     sp->weights = k / 2 == 1;
@@ -559,6 +563,9 @@ static void reduction_case(spec *sp, int k, int i) {
     sp->p_ignore = k == 4 ? 0.3 : 0.0;
     sp->own_ws = k % 3 == 0;
     sp->repeat = 2;
+    spec_problem(sp, p);
+    ck_assert_msg(make_config(cfg_text, p, cfg, why, sizeof why), "%s: %s", cfg_text, why);
+    sp->cfg = cfg;
 }
 
 /* A sum or mean whose launch is one block (XENT_ONE_BLOCK: the block writes
@@ -581,15 +588,10 @@ START_TEST(test_one_block) {
         for (int extra = 0; extra < 2; extra++)
             for (int k = 0; k < 6; k++) {
                 spec sp;
-                spec_init(&sp, "one block", plans[i].rows + extra, plans[i].c);
-                reduction_case(&sp, k, (int)i);
                 xent_problem p;
                 xent_config cfg;
-                char why[256];
-                spec_problem(&sp, &p);
-                ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
+                reduction_spec(&sp, &p, &cfg, "one block", plans[i].cfg, plans[i].rows + extra, plans[i].c, k, (int)i);
                 ck_assert_int_eq(xent_fwd_one_block(&cfg, &p), !extra);
-                sp.cfg = &cfg;
                 ok += run_check(&sp);
                 total++;
             }
@@ -617,20 +619,17 @@ START_TEST(test_finish_apart) {
         for (int k = 0; k < 6; k++)
             for (int tenth = 0; tenth < 2; tenth++) {
                 spec sp;
-                spec_init(&sp, "finish apart", tenth ? plans[i].rows / 10 : plans[i].rows, plans[i].c);
-                reduction_case(&sp, k, (int)i);
                 xent_problem p;
                 xent_config cfg;
-                char why[256], desc[1400];
-                spec_problem(&sp, &p);
-                ck_assert_msg(make_config(plans[i].cfg, &p, &cfg, why, sizeof why), "%s: %s", plans[i].cfg, why);
+                char desc[1400];
+                reduction_spec(&sp, &p, &cfg, "finish apart", plans[i].cfg, tenth ? plans[i].rows / 10 : plans[i].rows,
+                               plans[i].c, k, (int)i);
                 cfg.persist = k % 2 ? 0 : 1;
                 xent_plan *plan;
                 ck_assert_int_eq(xent_plan_build(G.ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &plan), XENT_OK);
                 ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
                 xent_plan_destroy(plan);
                 ck_assert_msg((strstr(desc, "finish=apart") == NULL) == tenth, "%s", desc);
-                sp.cfg = &cfg;
                 ok += run_check(&sp);
                 total++;
             }
