@@ -68,6 +68,7 @@ static int resolve(void *lib) {
     RESOLVE(EventDestroy, "cuEventDestroy_v2");
     RESOLVE(EventRecord, "cuEventRecord");
     RESOLVE(EventSynchronize, "cuEventSynchronize");
+    RESOLVE(EventQuery, "cuEventQuery");
     RESOLVE(EventElapsedTime, "cuEventElapsedTime_v2");
     RESOLVE(GetErrorName, "cuGetErrorName");
     RESOLVE(GetErrorString, "cuGetErrorString");

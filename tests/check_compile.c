@@ -324,10 +324,11 @@ END_TEST
 START_TEST(nvrtc_version_known) { ck_assert_int_ge(xent_nvrtc_version(), 1200); }
 END_TEST
 
-/* The tuner's floor: both read kernels of the template, for each unroll it
- * times, compile for sm_90 without spilling (they cannot be run here). */
+/* The tuner's floor: both read kernels of the template, and its head start's
+ * spin, for each unroll it times, compile for sm_90 without spilling (they
+ * cannot be run here). */
 START_TEST(read_floor_compiles) {
-    static const char *kernels[] = {"xent_read_floor", "xent_read_once"};
+    static const char *kernels[] = {"xent_read_floor", "xent_read_once", "xent_spin"};
     for (int unroll = 4; unroll <= 8; unroll += 4) {
         char *src = NULL, err[4096];
         xent_cubin bin;
@@ -336,7 +337,7 @@ START_TEST(read_floor_compiles) {
         free(src);
         ck_assert_msg(rc == XENT_OK, "unroll %d: %s", unroll, err);
         ck_assert_int_eq(bin.spill_bytes, 0);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             ck_assert_msg(memmem(bin.data, bin.size, kernels[k], strlen(kernels[k]) + 1), "unroll %d: no %s", unroll,
                           kernels[k]);
         xent_cubin_free(&bin);

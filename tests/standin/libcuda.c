@@ -295,6 +295,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 EXPORT CUresult cuEventSynchronize(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+EXPORT CUresult cuEventQuery(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
     if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
     *ms = 1.0f;
