@@ -111,28 +111,29 @@ __device__ __forceinline__ float pick(const unsigned (&r)[XENT_ITEMS][VWORDS], i
  * 13%), as it was for fp32 items (a 16384x2000 VEC=2 kernel by half). */
 #define WEIGHT_VECTORS (XENT_SMOOTHING && XENT_WEIGHTS && XENT_LOGIT != 0 && XENT_VEC >= 4 && XENT_TPR >= 32)
 #if WEIGHT_VECTORS
-/* The weights of classes j .. j + XENT_VEC - 1 (w on 16 bytes): the vectors from j - m, m = j % 4,
- * and for m > 0 one more, whole where it ends before vend (the row's vectors' end, so inside the
- * weights), else its first m classes, which are the item's. */
+/* The weights of classes j .. j + XENT_VEC - 1, j = 4i + M, w on 16 bytes: the vectors from j - M
+ * and, for M > 0, one more, whole where it ends before vend (the row's vectors' end, so inside the
+ * weights), else its first M classes, which are the item's. M is a template argument: a shift
+ * chosen at run time costs three selects a weight, which made aligned rows slower than a
+ * kernel that never shifts. */
+template <int M>
 __device__ __forceinline__ void item_weights(const float *__restrict__ w, int j, int vend, float (&wv)[XENT_VEC]) {
-    const int m = j & 3;
-    const float *b = w + (j - m);
+    const float *b = w + (j - M);
     float f[XENT_VEC + 3];
 #pragma unroll
     for (int e = 0; e < XENT_VEC; e += 4) {
         const float4 q = __ldg((const float4 *)(b + e));
         f[e] = q.x, f[e + 1] = q.y, f[e + 2] = q.z, f[e + 3] = q.w;
     }
-    if (m && j - m + XENT_VEC + 4 <= vend) {
+    if (M > 0 && j - M + XENT_VEC + 4 <= vend) {
         const float4 q = __ldg((const float4 *)(b + XENT_VEC));
         f[XENT_VEC] = q.x, f[XENT_VEC + 1] = q.y, f[XENT_VEC + 2] = q.z;
     } else {
 #pragma unroll
-        for (int i = 0; i < 3; i++) f[XENT_VEC + i] = i < m ? __ldg(b + XENT_VEC + i) : 0.0f;
+        for (int i = 0; i < 3; i++) f[XENT_VEC + i] = i < M ? __ldg(b + XENT_VEC + i) : 0.0f;
     }
 #pragma unroll
-    for (int e = 0; e < XENT_VEC; e++)
-        wv[e] = m == 0 ? f[e] : m == 1 ? f[e + 1] : m == 2 ? f[e + 2] : f[e + 3];
+    for (int e = 0; e < XENT_VEC; e++) wv[e] = f[e + M];
 }
 #endif
 
@@ -140,9 +141,10 @@ __device__ __forceinline__ void item_weights(const float *__restrict__ w, int j,
 /* With smoothing, the side sums of the valid items too, in the same pass: each
  * element is widened once and used at once, so a 16-bit chunk is never held
  * widened (a separate side loop kept the widened chunk live and spilled). */
-/* WV: the items' weights come four a load (WEIGHT_VECTORS, the launch's weights on 16 bytes);
- * a separate instantiation, since a test an element cost a branch each. */
-template <bool FFMA, bool WV>
+/* WM: the items' weights come four a load from the 16 bytes WM classes below each item's first
+ * (WEIGHT_VECTORS), or, at -1, a load a class; each a separate instantiation, so that the choice
+ * is made once a chunk and not an element. */
+template <bool FFMA, int WM>
 __device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS], const shift &h, acc &a,
                                          int valid, int j_lane, int vend, const float *__restrict__ w) {
     float s[2] = {0.0f, 0.0f}; /* two chains: half the dependent adds; each starts at its first term, not 0 + it */
@@ -150,7 +152,8 @@ __device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS]
     for (int k = 0; k < ITEMS_LIVE; k++) {
 #if WEIGHT_VECTORS
         float wv[XENT_VEC];
-        if (WV && k * XENT_TPR < valid) item_weights(w, j_lane + k * XENT_TPR * XENT_VEC, vend, wv);
+        if (WM >= 0 && k * XENT_TPR < valid)
+            item_weights<(WM < 0 ? 0 : WM)>(w, j_lane + k * XENT_TPR * XENT_VEC, vend, wv);
 #endif
 #pragma unroll
         for (int e = 0; e < XENT_VEC; e++) {
@@ -159,13 +162,13 @@ __device__ __forceinline__ float exp_sum(const unsigned (&r)[XENT_ITEMS][VWORDS]
             const float x = shifted_term<FFMA>(v, h, XENT_POLY && i % POLY_EVERY == POLY_EVERY - 1);
             s[i & 1] = i < 2 ? x : s[i & 1] + x;
 #if WEIGHT_VECTORS
-            if (WV && k * XENT_TPR < valid) {
+            if (WM >= 0 && k * XENT_TPR < valid) {
                 a.sx = fmaf(wv[e], v, a.sx); /* as acc_side, in its order */
                 a.sw += wv[e];
             }
 #endif
 #if XENT_SMOOTHING
-            if (!WV && k * XENT_TPR < valid) acc_side(a, v, j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
+            if (WM < 0 && k * XENT_TPR < valid) acc_side(a, v, j_lane + k * XENT_TPR * XENT_VEC + e, -1, w);
 #endif
         }
     }
@@ -215,13 +218,20 @@ __device__ __forceinline__ float chunk_sum(acc &a, const unsigned (&r)[XENT_ITEM
 #endif
     const shift h = make_shift(ml);
     const int vend = l.head + l.nv * XENT_VEC;
+#define XENT_SUM(WM) (h.ffma ? exp_sum<true, WM>(r, h, a, valid, j_lane, vend, w) * h.fix \
+                             : exp_sum<false, WM>(r, h, a, valid, j_lane, vend, w))
 #if WEIGHT_VECTORS
-    if (((size_t)w & (4 * sizeof(float) - 1)) == 0) /* uniform: the launch's weights */
-        return h.ffma ? exp_sum<true, true>(r, h, a, valid, j_lane, vend, w) * h.fix
-                      : exp_sum<false, true>(r, h, a, valid, j_lane, vend, w);
+    if (((size_t)w & (4 * sizeof(float) - 1)) == 0) { /* uniform: the launch's weights */
+        switch (l.head & 3) { /* every item's first class lies this far past 16 bytes */
+        case 0: return XENT_SUM(0);
+        case 1: return XENT_SUM(1);
+        case 2: return XENT_SUM(2);
+        default: return XENT_SUM(3);
+        }
+    }
 #endif
-    return h.ffma ? exp_sum<true, false>(r, h, a, valid, j_lane, vend, w) * h.fix
-                  : exp_sum<false, false>(r, h, a, valid, j_lane, vend, w);
+    return XENT_SUM(-1);
+#undef XENT_SUM
 }
 
 /* The scalar elements (head and tail) of a row, on lanes round-robin. */
