@@ -8,6 +8,8 @@
  *   xent_read_once: no loop, a 256-thread block per 32 KB, each thread's
  *     8 loads issued at once: the hardware's block scheduler keeps the SMs
  *     full, and no thread waits on a loop between its loads.
+ * It also holds xent_spin, the wait the tuner puts before a batch of small
+ * calls (below).
  */
 #ifndef XENT_UNROLL
 #define XENT_UNROLL 4
