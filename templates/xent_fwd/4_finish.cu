@@ -140,10 +140,11 @@ __device__ void finish_rows(const row_result &r, long long row, int lane, float 
 
 /* A sum or mean of few split rows in one level: rows of G = min(split, 32)
  * lanes a row, each lane merging split / G segments, then its group by a
- * butterfly; TPR / G rows a round. At most this many rounds: a second round
- * (an L2 round trip of the last team) cost more than the second level's
- * arrival it saves (7x1000003 at 64 segments of 128 threads, 2 rounds:
- * 12.97 -> 13.38 us). */
+ * butterfly; TPR / G rows a round. Both take split a power of two, as the
+ * SPLIT knob's values are: another count would leave segments unmerged. At
+ * most this many rounds: a second round (an L2 round trip of the last team)
+ * cost more than the second level's arrival it saves (7x1000003 at 64
+ * segments of 128 threads, 2 rounds: 12.97 -> 13.38 us). */
 #define ONE_LEVEL_ROUNDS 1
 __device__ __forceinline__ int row_lanes(int split) { return split < 32 ? split : 32; }
 __device__ __forceinline__ bool one_level(long long n, int split) {
