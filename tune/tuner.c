@@ -86,10 +86,10 @@ typedef struct timer {
     CUevent start, stop;
     const tune_bufs *bufs;
     int reps;
-    CUmodule spin_mod;
-    CUfunction spin; /* templates/read_floor.cu's xent_spin: the head start */
-    int head_start;  /* this candidate's batches start behind a spin */
-    double host_us;  /* the host's time to queue a launch, from the last batch */
+    CUmodule floor_mod[2]; /* templates/read_floor.cu at XENT_UNROLL 4 and 8, loaded on first use */
+    CUfunction spin;       /* its xent_spin: the head start */
+    int head_start;        /* this candidate's batches start behind a spin */
+    double host_us;        /* the host's time to queue a launch, from the last batch */
 } timer;
 
 typedef int (*launch_fn)(void *arg, int copy);
@@ -179,20 +179,36 @@ static int launch_plan(void *arg, int copy) {
     return xent_plan_launch(pl->plan, NULL, &a);
 }
 
-/* Loads templates/read_floor.cu's xent_spin for the timer's head starts; without
- * it (a failed compile or load) every batch is timed as the host queues it. */
-static void timer_load_spin(timer *t) {
+/* templates/read_floor.cu compiled with `unroll` (4 or 8) loads in flight a
+ * thread and loaded, once a tune for each: the floor's variants and the head
+ * start's spin take their kernels from it. */
+static int floor_module(timer *t, int unroll, CUmodule *mod) {
     xent_context *ctx = t->ctx;
-    xent_cubin bin;
-    char err[1024];
-    if (xent_nvrtc_compile(xent_template_read_floor, ctx->arch, &bin, err, sizeof err)) return;
-    CUresult r = ctx->drv->ModuleLoadData(&t->spin_mod, bin.data);
-    xent_cubin_free(&bin);
-    if (r != CUDA_SUCCESS) {
-        t->spin_mod = NULL;
-        return;
+    CUmodule *slot = &t->floor_mod[unroll == 8];
+    if (!*slot) {
+        xent_cubin bin;
+        char err[1024], *src = NULL;
+        if (asprintf(&src, "#define XENT_UNROLL %d\n%s", unroll, xent_template_read_floor) < 0) return XENT_ENOMEM;
+        int rc = xent_nvrtc_compile(src, ctx->arch, &bin, err, sizeof err);
+        free(src);
+        if (rc) return xent_fail(ctx, rc, "read floor: %s", err);
+        CUresult r = ctx->drv->ModuleLoadData(slot, bin.data);
+        xent_cubin_free(&bin);
+        if (r != CUDA_SUCCESS) {
+            *slot = NULL;
+            return xent_fail_cuda(ctx, "cuModuleLoadData(read floor)", r);
+        }
     }
-    if (ctx->drv->ModuleGetFunction(&t->spin, t->spin_mod, "xent_spin") != CUDA_SUCCESS) t->spin = NULL;
+    *mod = *slot;
+    return XENT_OK;
+}
+
+/* The spin of the timer's head starts; without it (a failed compile or load)
+ * every batch is timed as the host queues it. */
+static void timer_load_spin(timer *t) {
+    CUmodule mod;
+    if (floor_module(t, 4, &mod) || t->ctx->drv->ModuleGetFunction(&t->spin, mod, "xent_spin") != CUDA_SUCCESS)
+        t->spin = NULL;
 }
 
 /* The one-shot read's shape (templates/read_floor.cu). */
@@ -226,22 +242,13 @@ static int launch_floor(void *arg, int copy) {
  * per SM, or (blocks_per_sm 0) the one-shot kernel. */
 static int time_floor_variant(timer *t, int unroll, int blocks_per_sm, CUdeviceptr sink, double *us) {
     xent_context *ctx = t->ctx;
-    xent_cubin bin;
-    char err[1024], *src = NULL;
-    if (asprintf(&src, "#define XENT_UNROLL %d\n%s", unroll, xent_template_read_floor) < 0) return XENT_ENOMEM;
-    int rc = xent_nvrtc_compile(src, ctx->arch, &bin, err, sizeof err);
-    free(src);
-    if (rc) return xent_fail(ctx, rc, "read floor: %s", err);
     CUmodule mod;
+    int rc = floor_module(t, unroll, &mod);
+    if (rc) return rc;
     floor_launch fl = {ctx, NULL, sink, t->bufs, (unsigned)(ctx->info.sm_count * blocks_per_sm)};
-    CUresult r = ctx->drv->ModuleLoadData(&mod, bin.data);
-    xent_cubin_free(&bin);
-    if (r != CUDA_SUCCESS) return xent_fail_cuda(ctx, "cuModuleLoadData(read floor)", r);
-    r = ctx->drv->ModuleGetFunction(&fl.fn, mod, blocks_per_sm ? "xent_read_floor" : "xent_read_once");
+    CUresult r = ctx->drv->ModuleGetFunction(&fl.fn, mod, blocks_per_sm ? "xent_read_floor" : "xent_read_once");
     int pruned;
-    rc = r == CUDA_SUCCESS ? time_median(t, launch_floor, &fl, 0, us, &pruned) : xent_fail_cuda(ctx, "read floor", r);
-    ctx->drv->ModuleUnload(mod);
-    return rc;
+    return r == CUDA_SUCCESS ? time_median(t, launch_floor, &fl, 0, us, &pruned) : xent_fail_cuda(ctx, "read floor", r);
 }
 
 /* The streaming read of the same bytes, timed by the same protocol: the
@@ -629,7 +636,8 @@ int xent_tune(xent_context *ctx, const xent_problem *p_in, const xent_tune_opts 
     }
     if (s.t.start) ctx->drv->EventDestroy(s.t.start);
     if (s.t.stop) ctx->drv->EventDestroy(s.t.stop);
-    if (s.t.spin_mod) ctx->drv->ModuleUnload(s.t.spin_mod);
+    for (int k = 0; k < 2; k++)
+        if (s.t.floor_mod[k]) ctx->drv->ModuleUnload(s.t.floor_mod[k]);
     tune_bufs_destroy(ctx, &bufs);
     xent_ctx_leave(ctx, pushed);
     r->wall_s = now_s() - s.t0;
