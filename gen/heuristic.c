@@ -94,7 +94,7 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
 /* A row that two short lane chunks hold takes one chunk of twice the items:
  * one round trip a row instead of two. On an H100, fitted plans of rows up
  * to twice their chunk ran 3-9% faster so where a lane then loads up to 8
- * vectors of 64 bytes in all, fp32 128 (8 of 8 problems); 16-bit lanes of
+ * vectors and 64 bytes (fp32 128; 8 of 8 problems); 16-bit lanes of
  * 128 bytes ran 0.95-1.13 (bench/pairs/one-chunk-rows.txt), and fp32 lanes of
  * 16 scalar loads slower on 10 of 10 rows of 557-1023 classes
  * (docs/random-problems.md). */
