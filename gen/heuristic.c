@@ -102,9 +102,9 @@ static void one_chunk(xent_config *cfg, const xent_problem *p) {
     long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
     int bytes = cfg->items * cfg->vec * xent_dtype_size(p->logits);
     int most = p->logits == XENT_F32 ? ONE_CHUNK_F32_BYTES : ONE_CHUNK_LANE_BYTES;
-    if (cfg->split > 1 || seg <= chunk || seg > 2 * chunk || bytes > most || cfg->items > ONE_CHUNK_MAX_ITEMS)
+    if (cfg->split > 1 || seg <= chunk || seg > 2 * chunk) return;
+    if (bytes > most || cfg->items > ONE_CHUNK_MAX_ITEMS || 2 * cfg->items * cfg->vec > xent_chunk_limit(cfg->block))
         return;
-    if (2 * cfg->items * cfg->vec > xent_chunk_limit(cfg->block)) return;
     cfg->items *= 2;
 }
 
