@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: run the named stages in order.
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile import sweep export bench ab
-#   copy grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship
+#   copy grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship retune
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
@@ -139,6 +139,22 @@ for s in "$@"; do
             esac
             run $TUNE --gpu h200 --shapes-file $file --dtype "$dt" "${flags[@]}" --budget "${SWEEP_BUDGET:-6}" -q --top 1
         done ;;
+    retune)
+        # shipped entries tuned again on an H200 (RETUNE: SHAPE:DTYPE:REDUCTION:BUDGET ...) in a
+        # copy of the shipped cache, exported to $OUT/h200.sql and put in tunecache/h200.sql,
+        # so that a later stage of the call (random, bench) looks up the retuned entries
+        stage "retune ${RETUNE:?RETUNE names the entries, e.g. 1x2:bf16:mean:8}"
+        if ! nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200; then
+            echo "FAILED: retune writes the H200's cache: this is not an H200"; status=1; continue
+        fi
+        db=/tmp/xent-retune.db
+        rm -f "$db"
+        run $TUNE import tunecache/h200.sql --db "$db"
+        for e in $RETUNE; do
+            IFS=: read -r sh dt red budget <<< "$e"
+            run $TUNE --gpu h200 --db "$db" --shape "$sh" --dtype "$dt" --reduction "$red" --budget "$budget" -q --top 1
+        done
+        run $TUNE export --gpu h200 --db "$db" --output "$OUT/h200.sql" && cp "$OUT/h200.sql" tunecache/h200.sql ;;
     export)
         stage "export"
         run $TUNE export --gpu h200 --output "$OUT/h200.sql" ;;
