@@ -85,25 +85,22 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
     cfg->items /= 2;
 }
 
-/* A lane chunk up to which a row of two chunks takes one of twice the items:
- * loads, and bytes (fp32: ONE_CHUNK_F32_BYTES). */
+/* A lane chunk up to which a row of two chunks takes one of twice the items. */
 #define ONE_CHUNK_MAX_ITEMS 4
-#define ONE_CHUNK_LANE_BYTES 32
-#define ONE_CHUNK_F32_BYTES 64
+#define ONE_CHUNK_MAX_ELEMS 16
 
 /* A row that two short lane chunks hold takes one chunk of twice the items:
  * one round trip a row instead of two. On an H100, fitted plans of rows up
  * to twice their chunk ran 3-9% faster so where a lane then loads up to 8
- * vectors and 64 bytes (fp32 128; 8 of 8 problems); 16-bit lanes of
- * 128 bytes ran 0.95-1.13 (bench/pairs/one-chunk-rows.txt), and fp32 lanes of
- * 16 scalar loads slower on 10 of 10 rows of 557-1023 classes
+ * vectors of 32 logits in all (8 of 8 problems); 16-bit lanes of 64 logits
+ * ran 0.95-1.13 (bench/pairs/one-chunk-rows.txt), and fp32 lanes of 16
+ * scalar loads slower on 10 of 10 rows of 557-1023 classes
  * (docs/random-problems.md). */
 static void one_chunk(xent_config *cfg, const xent_problem *p) {
     long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
-    int bytes = cfg->items * cfg->vec * xent_dtype_size(p->logits);
-    int most = p->logits == XENT_F32 ? ONE_CHUNK_F32_BYTES : ONE_CHUNK_LANE_BYTES;
     if (cfg->split > 1 || seg <= chunk || seg > 2 * chunk) return;
-    if (bytes > most || cfg->items > ONE_CHUNK_MAX_ITEMS || 2 * cfg->items * cfg->vec > xent_chunk_limit(cfg->block))
+    if (cfg->items > ONE_CHUNK_MAX_ITEMS || cfg->items * cfg->vec > ONE_CHUNK_MAX_ELEMS ||
+        2 * cfg->items * cfg->vec > xent_chunk_limit(cfg->block))
         return;
     cfg->items *= 2;
 }
