@@ -1191,10 +1191,13 @@ int main(void) {
            "max rel err fp32 %.2e, f16 %.2e, bf16 %.2e (worst |out - ref| / scale: %.2e, %.2e, %.2e; tolerance %.0e)\n",
            S->shapes_run, S->matrix_checks, S->checks - S->shape_checks - S->matrix_checks, S->checks, S->failed,
            S->maxerr[0], S->maxerr[1], S->maxerr[2], S->maxelem[0], S->maxelem[1], S->maxelem[2], TOL);
-    printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile, %ld spilled (compile %.0f s, "
-           "run %.0f s)\n",
-           S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->cfg_spilled, S->sweep_compile_s,
-           S->sweep_run_s);
+    if (S->cfg_total == 0)
+        printf("configs: the sweep of every config did not run (its tag is sweep: CK_INCLUDE_TAGS=sweep)\n");
+    else
+        printf("configs: %ld run of %ld in the space, %ld failed, %ld failed to compile, %ld spilled (compile %.0f s, "
+               "run %.0f s)\n",
+               S->cfg_run, S->cfg_total, S->cfg_failed, S->cfg_compile_failed, S->cfg_spilled, S->sweep_compile_s,
+               S->sweep_run_s);
     const char *sel[4] = {"XENT_TEST_SWEEP_DTYPES", "XENT_TEST_SWEEP_MATCH", "XENT_TEST_EVERY", "XENT_TEST_OFFSET"};
     for (int k = 0; k < 4; k++)
         if (getenv(sel[k]) && *getenv(sel[k]))
