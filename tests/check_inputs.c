@@ -3,9 +3,11 @@
  * random logits (tune_fill_logits) are the same whatever the number of
  * threads filling them, every value in [0, 1] (uniform [0, 1) rounded to the
  * logits' type), with a seed of their own; a gradient is read back whole when
- * small, else the rows the check compares (tune_bufs_read_grad).
+ * small, else the rows the check compares (tune_bufs_read_grad); a gradient
+ * is judged against its reference rounded to its dtype (tune_bufs_grad_error).
  */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,12 +112,62 @@ START_TEST(read_grad_reads_the_compared_rows) {
 }
 END_TEST
 
+/* A mean's gradient over `rows` rows of 4096 classes, 4 of them compared: what a kernel stores
+ * (the exact value rounded to the dtype, the target's off by a factor `off`) against the
+ * float64 reference. An f16 mean of 32768 rows puts every class but the target under half of
+ * f16's smallest step, where the stored 0 is exact and only the unrounded reference differs. */
+static const struct {
+    xent_dtype dtype;
+    double rows, off;
+    int within;  /* 1: within tune_grad_tolerance */
+    int zeros;   /* 1: most of each row stores as 0 */
+} grads[] = {
+    {XENT_F16, 32768, 0.0, 1, 1},  {XENT_F16, 32768, 0.01, 0, 1}, {XENT_F16, 1, 0.0, 1, 0},
+    {XENT_F16, 1, 0.01, 0, 0},     {XENT_BF16, 32768, 0.0, 1, 0}, {XENT_BF16, 32768, 0.05, 0, 0},
+    {XENT_F32, 32768, 0.0, 1, 0},  {XENT_F32, 32768, 1e-4, 0, 0},
+};
+
+START_TEST(grad_error_is_against_the_rounded_reference) {
+    enum { N = 4, C = 4096 };
+    const xent_dtype d = grads[_i].dtype;
+    double *ref = malloc(N * C * sizeof *ref);
+    uint16_t *g16 = malloc(N * C * sizeof *g16);
+    float *g32 = malloc(N * C * sizeof *g32);
+    ck_assert(ref && g16 && g32);
+    int zeros = 0;
+    for (int i = 0; i < N; i++) {
+        double z = 0.0;
+        for (int j = 0; j < C; j++) z += exp((double)((i * 7 + j) % 97) / 97.0);
+        for (int j = 0; j < C; j++) {
+            const int t = (i * 1031) % C, k = i * C + j;
+            ref[k] = (exp((double)((i * 7 + j) % 97) / 97.0) / z - (j == t)) / grads[_i].rows;
+            const float v = (float)(ref[k] * (j == t ? 1.0 + grads[_i].off : 1.0));
+            g32[k] = v;
+            g16[k] = d == XENT_F16 ? xent_float_to_half(v) : xent_float_to_bf16(v);
+            zeros += d == XENT_F32 ? v == 0.0f : (g16[k] & 0x7fffu) == 0;
+        }
+    }
+    tune_bufs b;
+    memset(&b, 0, sizeof b);
+    b.op = XENT_OP_FUSED, b.n = N, b.c = C, b.row_stride = C, b.grad_step = 1, b.dtype = d;
+    b.ref_grad = ref;
+    b.host_grad = d == XENT_F32 ? (void *)g32 : (void *)g16;
+    const double err = tune_bufs_grad_error(&b), tol = tune_grad_tolerance(d);
+    ck_assert_msg((err <= tol) == grads[_i].within, "error %g against a tolerance of %g", err, tol);
+    ck_assert_msg((zeros > N * C / 2) == grads[_i].zeros, "%d of %d gradients stored as 0", zeros, N * C);
+    free(ref);
+    free(g16);
+    free(g32);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("inputs");
     TCase *tc = tcase_create("fill");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, fill_is_the_same_for_any_threads, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_loop_test(tc, read_grad_reads_the_compared_rows, 0, (int)(sizeof reads / sizeof reads[0]));
+    tcase_add_loop_test(tc, grad_error_is_against_the_rounded_reference, 0, (int)(sizeof grads / sizeof grads[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -230,6 +230,7 @@ double tune_bufs_grad_error(const tune_bufs *b) {
     xent_err_acc acc = {0};
     for (int64_t i = 0; i < b->n && !acc.bad; i += b->grad_step)
         for (int64_t j = 0; j < b->c; j++)
-            xent_err_acc_add(&acc, grad_elem(b, i * b->row_stride + j), b->ref_grad[i / b->grad_step * b->c + j]);
+            xent_err_acc_add(&acc, grad_elem(b, i * b->row_stride + j),
+                             xent_ref_round(b->dtype, b->ref_grad[i / b->grad_step * b->c + j]));
     return xent_err_acc_value(&acc);
 }

@@ -274,6 +274,12 @@ uint16_t xent_float_to_half(float f) {
     return (uint16_t)(sign | h);
 }
 
+double xent_ref_round(xent_dtype d, double v) {
+    const float f = (float)v;
+    if (d == XENT_F32) return f;
+    return d == XENT_F16 ? xent_half_to_float(xent_float_to_half(f)) : xent_bf16_to_float(xent_float_to_bf16(f));
+}
+
 float xent_bf16_to_float(uint16_t b) { return ref_bits_f32((uint32_t)b << 16); }
 
 uint16_t xent_float_to_bf16(float f) {

@@ -8,8 +8,9 @@
  * poisons every output with NaN bytes, runs the op twice (the sums must be
  * bitwise equal) and compares:
  *   loss, lse:  norm-wise relative error <= 1e-5 (the fp32 outputs);
- *   gradient:   norm-wise relative error <= 1e-5 (fp32), 1e-3 (f16), 8e-3
- *               (bf16: the output's own rounding is 2^-9 relative);
+ *   gradient:   norm-wise relative error against the reference rounded to the
+ *               gradient's dtype (xent_ref_round) <= tune_grad_tolerance: 1e-5
+ *               (fp32), 1e-3 (f16), 8e-3 (bf16);
  *   ignored rows' gradient exactly 0, the padding of strided rows untouched.
  * Shards: the vocabulary is cut into k column shards; each runs its forward
  * into stats, XENT_OP_COMBINE gives the loss and the global lse, each shard's
@@ -27,6 +28,7 @@
 
 #include "runtime/runtime.h"
 #include "tests/files.h"
+#include "tune/bufs.h"
 #include "tests/rand.h"
 #include "tests/run_suite.h"
 #include "tune/reference.h"
@@ -275,7 +277,7 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
         for (int64_t j = 0; j < k->c; j++) {
-            double v = get_elem(g, k->dt, k->offset + i * stride + j), r = ref[i * k->c + j];
+            double v = get_elem(g, k->dt, k->offset + i * stride + j), r = xent_ref_round(k->dt, ref[i * k->c + j]);
             if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
             ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
             num += (v - r) * (v - r);
@@ -289,7 +291,6 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static double grad_tol(xent_dtype d) { return d == XENT_F32 ? 1e-5 : d == XENT_F16 ? 1e-3 : 8e-3; }
 
 static int make_plan(const gcase *k, const xent_problem *p, xent_plan **plan) {
     if (!k->config) return xent_plan_get(G.ctx, p, plan);
@@ -423,7 +424,7 @@ static void check_case(const gcase *k) {
     if (k->kind != FORWARD) {
         void *g = host_copy(k->inplace ? d.logits : d.grad, in.lbytes);
         gerr = grad_err(k, &in, g, gref);
-        ck_assert_msg(gerr <= grad_tol(k->dt), "%s: gradient error %.3g > %.1g", k->name, gerr, grad_tol(k->dt));
+        ck_assert_msg(gerr <= tune_grad_tolerance(k->dt), "%s: gradient error %.3g > %.1g", k->name, gerr, tune_grad_tolerance(k->dt));
         free(g);
     }
     if (k->kind != BACKWARD && k->kind != RESCALE) {
