@@ -28,9 +28,9 @@
 
 #include "runtime/runtime.h"
 #include "tests/files.h"
-#include "tune/bufs.h"
 #include "tests/rand.h"
 #include "tests/run_suite.h"
+#include "tune/bufs.h"
 #include "tune/reference.h"
 #include "xent.h"
 
@@ -291,7 +291,6 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-
 static int make_plan(const gcase *k, const xent_problem *p, xent_plan **plan) {
     if (!k->config) return xent_plan_get(G.ctx, p, plan);
     xent_config cfg;
@@ -424,7 +423,8 @@ static void check_case(const gcase *k) {
     if (k->kind != FORWARD) {
         void *g = host_copy(k->inplace ? d.logits : d.grad, in.lbytes);
         gerr = grad_err(k, &in, g, gref);
-        ck_assert_msg(gerr <= tune_grad_tolerance(k->dt), "%s: gradient error %.3g > %.1g", k->name, gerr, tune_grad_tolerance(k->dt));
+        const double tol = tune_grad_tolerance(k->dt);
+        ck_assert_msg(gerr <= tol, "%s: gradient error %.3g > %.1g", k->name, gerr, tol);
         free(g);
     }
     if (k->kind != BACKWARD && k->kind != RESCALE) {
