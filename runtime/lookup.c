@@ -151,10 +151,12 @@ static void fit_arch(xent_config *cfg, const xent_problem *p, int arch, tc_answe
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a) {
     fit_arg f = {p, cfg};
-    /* Another kind's entry is checked to fit p like any; the training family's
-     * kinds are separate families of kernels, never mixed. */
-    int any_kind = xent_problem_family(p) == XENT_FAMILY_FWD;
-    tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, any_kind};
+    /* Another kind's entry is checked to fit p like any. The training family's kinds are
+     * separate families of kernels, never mixed, but for the 16-bit dtypes: their kernels
+     * differ, as the forward's, in the instruction that widens an element (f16's tune of
+     * the fused 32768x4096 mean found bf16's shipped config). */
+    int kinds = xent_problem_family(p) == XENT_FAMILY_FWD ? TC_KINDS_ALL : TC_KINDS_DTYPE;
+    tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, kinds};
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
         if (a->n != key->n || a->c != key->c || a->options != key->options)
             xent_config_fit_rows(cfg, a->n, p, key->sm_count);

@@ -18,9 +18,11 @@
 
 /* The shipped winner of f32 i64 mean 32768x4096, as tunecache/h200.sql has it. */
 #define H200_32768x4096 "VEC=4 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=1 TILE=0 SPLIT=1 PERSIST=3"
-/* and of its fused loss and gradient */
+/* and of the fused loss and gradient, f32 and bf16, and of bf16's backward */
 #define H200_FUSED_32768x4096                                                                                          \
     "VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=0 POLY=8 EVICT=0 STASH=0"
+#define H200_BF16_FUSED_32768x4096 "VEC=8 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"
+#define H200_BF16_BWD_32768x4096 "VEC=8 TPR=64 BLOCK=64 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"
 
 static void make_tmpdir(void) {
     strcpy(tmpdir, "/tmp/check_lookup.XXXXXX");
@@ -147,11 +149,20 @@ static const lookup_case cases[] = {
      "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
     {"h200 fused, past a chunk there, held here", "h200", 90, 132, 16384, 30000, 0, NULL, XENT_SOURCE_HEURISTIC, "",
      NULL, "h200 16384x50257 (nearest): holds rows of other lengths", "fused"},
+    /* f16 training takes bf16's entries of its kind, and no other kind's */
+    {"h200 f16 fused takes bf16's", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+     H200_BF16_FUSED_32768x4096, "answered by h200 32768x4096 bf16 i64 mean (another kind)", "f16 fused"},
+    {"h100 f16 backward from h200 bf16", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200",
+     H200_BF16_BWD_32768x4096, "answered by h200 32768x4096 bf16 i64 mean (another kind)", "f16 backward"},
+    {"h200 fused i32 takes no i64 entry", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL,
+     "bf16 i32 fused"},
+    {"h200 fused f32 takes no 16-bit entry", "h200", 90, 132, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
 };
 
 /* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",
- * "lse", "strided" (rows 64 elements apart beyond c), "fused" (the training
- * family's loss and gradient), space-separated. */
+ * "lse", "f16", "bf16", "strided" (rows 64 elements apart beyond c), "fused" (the
+ * training family's loss and gradient), "backward", space-separated. */
 static void apply_kind(xent_problem *p, const char *kind) {
     char words[128];
     snprintf(words, sizeof words, "%s", kind ? kind : "");
@@ -176,6 +187,8 @@ static void apply_kind(xent_problem *p, const char *kind) {
             p->row_stride = p->c + 64;
         else if (!strcmp(w, "fused"))
             p->op = XENT_OP_FUSED;
+        else if (!strcmp(w, "backward"))
+            p->op = XENT_OP_BACKWARD;
         else
             ck_abort_msg("unknown kind word '%s'", w);
     }

@@ -98,9 +98,10 @@ static int push(tc_db *db, cands *cs, const cand *c) {
 }
 
 /* The rows of db with key's identity but for the shape (exact: and its
- * shape too); relaxed: of any GPU and SM count as well; any_kind: of any
+ * shape too); relaxed: of any GPU and SM count as well; kinds (TC_KINDS_*): of the other 16-bit
+ * dtype, and with TC_KINDS_ALL of any
  * targets, reduction and options as well. */
-static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any_kind, int store, cands *cs) {
+static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int kinds, int store, cands *cs) {
     sqlite3_stmt *st;
     int rc = tc_prepare(db,
                         exact ? "SELECT " ROW_COLS " FROM tune WHERE " WHERE_EXACT
@@ -112,10 +113,9 @@ static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int any
         sqlite3_bind_null(st, 1);
         sqlite3_bind_null(st, 3);
     }
-    if (any_kind) {
+    if (kinds & TC_KINDS_DTYPE) sqlite3_bind_int(st, 12, 1);
+    if (kinds & ~TC_KINDS_DTYPE)
         for (int p = 6; p <= 8; p++) sqlite3_bind_null(st, p);
-        sqlite3_bind_int(st, 12, 1);
-    }
     int s = SQLITE_DONE;
     while (rc == XENT_OK && (s = sqlite3_step(st)) == SQLITE_ROW) {
         cand c;
@@ -176,7 +176,7 @@ typedef struct level {
     xent_source from;
     tc_db *db[2];
     const char *name[2];
-    int exact, relaxed, any_kind;
+    int exact, relaxed, kinds;
 } level;
 
 /* How many passed-over entries of one level are described; the rest are counted. */
@@ -247,7 +247,7 @@ static int try_level(const level *lv, const tc_stores *s, const tc_key *key, tc_
     cands cs = {NULL, 0, 0};
     for (int i = 0; i < 2; i++) {
         if (!lv->db[i]) continue;
-        int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, lv->any_kind, i, &cs);
+        int rc = collect(lv->db[i], key, lv->exact, lv->relaxed, lv->kinds, i, &cs);
         if (rc != XENT_OK) {
             tc_note_add(a, "%s", tc_errmsg(lv->db[i]));
             if (*err == XENT_ENOTFOUND) *err = rc;
@@ -268,7 +268,7 @@ int tc_lookup(const tc_stores *s, const tc_key *key, tc_answer *a) {
     const char *ship = s->shipped_name ? s->shipped_name : "shipped";
     const char *arch = s->arch_name ? s->arch_name : "arch";
     int shaped = key->n > 0 && key->c > 0;
-    int kinds = shaped && s->any_kind;
+    int kinds = shaped ? s->kinds : 0;
     const level levels[] = {
         {XENT_SOURCE_USER_DB, {s->user, NULL}, {"user", NULL}, 1, 0, 0},
         {XENT_SOURCE_SHIPPED, {s->shipped, NULL}, {ship, NULL}, 1, 0, 0},

@@ -103,9 +103,12 @@ typedef struct tc_stores {
     const char *shipped_name, *arch_name; /* their GPU keys, for answers and notes */
     tc_accept_fn accept;                  /* NULL: every fresh entry is usable */
     void *arg;
-    int any_kind; /* nonzero: entries of another targets type, reduction, options or 16-bit
-                     dtype may answer at levels 3 and 4 of tc_lookup */
+    int kinds; /* which other kinds may answer at levels 3 and 4 of tc_lookup: 0 none,
+                  TC_KINDS_DTYPE or TC_KINDS_ALL */
 } tc_stores;
+
+#define TC_KINDS_DTYPE 1 /* entries of the other 16-bit dtype */
+#define TC_KINDS_ALL 3   /* and of another targets type, reduction or options */
 
 typedef struct tc_answer {
     tc_entry entry;
@@ -121,7 +124,7 @@ typedef struct tc_answer {
  * nothing usable, and every entry passed over noted in a->note:
  *   1. the exact entry in user, 2. the exact entry in shipped,
  *   3. the nearest entry in user or shipped (user's on a tie): by shape
- *      distance in (log n, log c) plus, with s->any_kind, the distance of
+ *      distance in (log n, log c) plus, with s->kinds, the distance of
  *      another targets type, reduction, options or 16-bit dtype (key_dist in
  *      lookup.c: targets and lse nearest, then sum for mean, strides and
  *      weights, none for a sum, smoothing farthest), so an exact shape of a
