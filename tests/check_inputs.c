@@ -34,12 +34,6 @@ static const struct {
     {XENT_F16, 2 * CHUNK, 0}, /* 0: the online CPUs */
 };
 
-static double value(const void *x, xent_dtype d, size_t i) {
-    if (d == XENT_F32) return ((const float *)x)[i];
-    uint16_t h = ((const uint16_t *)x)[i];
-    return d == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
-}
-
 START_TEST(fill_is_the_same_for_any_threads) {
     const xent_dtype d = cases[_i].dtype;
     const size_t n = cases[_i].count, size = d == XENT_F32 ? 4 : 2;
@@ -51,11 +45,12 @@ START_TEST(fill_is_the_same_for_any_threads) {
     double sum = 0.0;
     size_t outside = 0, first = 0; /* counted, not asserted a value: an assertion costs a system call */
     for (size_t i = 0; i < n; i++) {
-        double v = value(one, d, i);
+        double v = xent_ref_elem(one, d, (int64_t)i);
         if (!(v >= 0.0 && v <= 1.0) && !outside++) first = i;
         sum += v;
     }
-    ck_assert_msg(!outside, "%zu logits outside [0, 1], the first at %zu: %g", outside, first, value(one, d, first));
+    ck_assert_msg(!outside, "%zu logits outside [0, 1], the first at %zu: %g", outside, first,
+                  xent_ref_elem(one, d, (int64_t)first));
     if (n >= 1000) ck_assert_msg(sum / (double)n > 0.45 && sum / (double)n < 0.55, "mean %g", sum / (double)n);
     tune_fill_logits(other, n, d, 0x5eedull + 1, cases[_i].threads);
     if (n >= 16) ck_assert_msg(memcmp(one, other, n * size) != 0, "another seed gave the same %zu logits", n);

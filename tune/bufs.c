@@ -219,18 +219,12 @@ CUresult tune_bufs_read_grad(const xent_driver *d, tune_bufs *b) {
     return r;
 }
 
-static double grad_elem(const tune_bufs *b, int64_t k) {
-    if (b->dtype == XENT_F32) return ((const float *)b->host_grad)[k];
-    uint16_t h = ((const uint16_t *)b->host_grad)[k];
-    return b->dtype == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
-}
-
 double tune_bufs_grad_error(const tune_bufs *b) {
     if (!b->ref_grad || b->op == XENT_OP_FORWARD) return 0.0;
     xent_err_acc acc = {0};
     for (int64_t i = 0; i < b->n && !acc.bad; i += b->grad_step)
         for (int64_t j = 0; j < b->c; j++)
-            xent_err_acc_add(&acc, grad_elem(b, i * b->row_stride + j),
+            xent_err_acc_add(&acc, xent_ref_elem(b->host_grad, b->dtype, i * b->row_stride + j),
                              xent_ref_round(b->dtype, b->ref_grad[i / b->grad_step * b->c + j]));
     return xent_err_acc_value(&acc);
 }

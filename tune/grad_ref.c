@@ -15,10 +15,7 @@
 #include "tune/parallel.h"
 
 static double ref_elem(const xent_problem *p, const void *logits, int64_t i, int64_t j) {
-    const int64_t off = i * p->row_stride + j;
-    if (p->logits == XENT_F32) return ((const float *)logits)[off];
-    const uint16_t h = ((const uint16_t *)logits)[off];
-    return p->logits == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
+    return xent_ref_elem(logits, p->logits, i * p->row_stride + j);
 }
 
 static int64_t ref_tgt(const xent_problem *p, const void *targets, int64_t i) {

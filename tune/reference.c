@@ -274,6 +274,12 @@ uint16_t xent_float_to_half(float f) {
     return (uint16_t)(sign | h);
 }
 
+double xent_ref_elem(const void *x, xent_dtype d, int64_t k) {
+    if (d == XENT_F32) return ((const float *)x)[k];
+    const uint16_t h = ((const uint16_t *)x)[k];
+    return d == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
+}
+
 double xent_ref_round(xent_dtype d, double v) {
     const float f = (float)v;
     if (d == XENT_F32) return f;

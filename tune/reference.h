@@ -83,6 +83,8 @@ uint16_t xent_float_to_half(float f);
 float xent_bf16_to_float(uint16_t b);
 /** float to bfloat16 bits, round to nearest even; overflow gives inf; NaN stays (quiet) NaN. */
 uint16_t xent_float_to_bf16(float f);
+/** Element k of x, an array of dtype d, as a double (exact: every value of the three is one). */
+double xent_ref_elem(const void *x, xent_dtype d, int64_t k);
 /** v as an output of dtype d holds it: rounded to float, then to d, as a kernel stores its fp32
  *  result. A gradient is compared with its reference rounded so: an f16 mean over many rows
  *  puts most of a row's gradient under f16's subnormal steps (2^-24), which no kernel can keep. */

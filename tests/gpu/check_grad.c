@@ -206,11 +206,6 @@ static void put_logit(void *buf, xent_dtype d, int64_t k, float v) {
     else
         ((uint16_t *)buf)[k] = d == XENT_F16 ? xent_float_to_half(v) : xent_float_to_bf16(v);
 }
-static double get_elem(const void *buf, xent_dtype d, int64_t k) {
-    if (d == XENT_F32) return ((const float *)buf)[k];
-    uint16_t h = ((const uint16_t *)buf)[k];
-    return d == XENT_F16 ? xent_half_to_float(h) : xent_bf16_to_float(h);
-}
 
 /* Host inputs of a case. */
 typedef struct inputs {
@@ -277,7 +272,8 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
         for (int64_t j = 0; j < k->c; j++) {
-            double v = get_elem(g, k->dt, k->offset + i * stride + j), r = xent_ref_round(k->dt, ref[i * k->c + j]);
+            const double v = xent_ref_elem(g, k->dt, k->offset + i * stride + j);
+            const double r = xent_ref_round(k->dt, ref[i * k->c + j]);
             if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
             ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
             num += (v - r) * (v - r);
