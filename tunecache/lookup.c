@@ -98,9 +98,9 @@ static int push(tc_db *db, cands *cs, const cand *c) {
 }
 
 /* The rows of db with key's identity but for the shape (exact: and its
- * shape too); relaxed: of any GPU and SM count as well; kinds (TC_KINDS_*): of the other 16-bit
- * dtype, and with TC_KINDS_ALL of any
- * targets, reduction and options as well. */
+ * shape too); relaxed: of any GPU and SM count as well; kinds: of the other
+ * 16-bit dtype as well (TC_KINDS_DTYPE), and of any targets, reduction and
+ * options (TC_KINDS_ALL). */
 static int collect(tc_db *db, const tc_key *key, int exact, int relaxed, int kinds, int store, cands *cs) {
     sqlite3_stmt *st;
     int rc = tc_prepare(db,
