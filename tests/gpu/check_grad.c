@@ -264,10 +264,11 @@ static void *host_copy(CUdeviceptr d, size_t bytes) {
 
 static double vec_err(const float *a, const double *b, int64_t n) { return xent_rel_err_vec(a, b, n); }
 
-/* Norm-wise error of the device gradient against the reference; padding and
- * ignored rows checked exactly. */
+/* Norm-wise error of the device gradient against the reference rounded to its
+ * dtype, summed as the tuner's check sums it (xent_err_acc); padding and ignored
+ * rows checked exactly. */
 static double grad_err(const gcase *k, const inputs *in, const void *g, const double *ref) {
-    double num = 0, den = 0;
+    xent_err_acc acc = {0};
     const int64_t stride = in->p.row_stride;
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
@@ -276,15 +277,14 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
             const double r = xent_ref_round(k->dt, ref[i * k->c + j]);
             if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
             ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
-            num += (v - r) * (v - r);
-            den += r * r;
+            xent_err_acc_add(&acc, v, r);
         }
         if (!k->inplace)
             for (int64_t j = k->c; j < stride; j++)
                 ck_assert_msg(((const unsigned char *)g)[(k->offset + i * stride + j) * esz(k->dt)] == 0xFF,
                               "%s: padding of row %lld written", k->name, (long long)i);
     }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    return xent_err_acc_value(&acc);
 }
 
 static int make_plan(const gcase *k, const xent_problem *p, xent_plan **plan) {
