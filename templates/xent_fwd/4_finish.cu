@@ -192,6 +192,19 @@ __device__ void finish_all(const acc &a, long long row, int seg, bool active, in
 }
 #endif
 
+/* A block that is one team (TPR == BLOCK) has its sums in thread 0 alone, whose lane
+ * emits the rows: the block's sum of them adds zeros to thread 0's, so it is skipped, with
+ * its two barriers, which held a one-row block's slot without a load in flight. */
+#define SUMS_IN_THREAD0 (XENT_TPR == XENT_BLOCK && !XENT_TILE)
+__device__ __forceinline__ void block_sums(double &loss_acc, double &weight_acc) {
+#if !SUMS_IN_THREAD0
+    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+#else
+    (void)loss_acc;
+    (void)weight_acc;
+#endif
+}
+
 /* A block's sums into the loss. The grid's only block writes it
  * (XENT_ONE_BLOCK). Under XENT_FINISH_APART each block stores its partial
  * at ws + 16 and leaves, and xent_fwd_finish, launched after the grid, sums
@@ -205,18 +218,18 @@ __device__ void finish_reduction(double loss_acc, double weight_acc, float *loss
     /* The grid's only block: its sums are the loss, written without publishing
      * them, counting an arrival and reading them back (two L2 round trips).
      * The same bits: the last block's pass over one partial adds zeros to it. */
-    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    block_sums(loss_acc, weight_acc);
     if (threadIdx.x == 0) write_loss(loss, loss_acc, weight_acc);
     (void)ws;
 #elif XENT_FINISH_APART
-    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    block_sums(loss_acc, weight_acc);
     if (threadIdx.x == 0) ((double2 *)(ws + 16))[blockIdx.x] = make_double2(loss_acc, weight_acc);
     (void)loss;
 #else
     __shared__ bool last;
     unsigned *ticket = (unsigned *)ws;
     double2 *parts = (double2 *)(ws + 16);
-    block_sum2(loss_acc, weight_acc, XENT_BLOCK);
+    block_sums(loss_acc, weight_acc);
     if (threadIdx.x == 0) {
         parts[blockIdx.x] = make_double2(loss_acc, weight_acc);
         last = arrive(ticket) == gridDim.x - 1; /* releases the partial, acquires the rest */
