@@ -262,8 +262,6 @@ static void *host_copy(CUdeviceptr d, size_t bytes) {
     return h;
 }
 
-static double vec_err(const float *a, const double *b, int64_t n) { return xent_rel_err_vec(a, b, n); }
-
 /* Norm-wise error of the device gradient against the reference rounded to its
  * dtype, summed as the tuner's check sums it (xent_err_acc); padding and ignored
  * rows checked exactly. */
@@ -425,11 +423,11 @@ static void check_case(const gcase *k) {
     }
     if (k->kind != BACKWARD && k->kind != RESCALE) {
         float *loss = host_copy(d.loss, nloss(k) * 4);
-        lerr = vec_err(loss, lref, (int64_t)nloss(k));
+        lerr = xent_rel_err_vec(loss, lref, (int64_t)nloss(k));
         ck_assert_msg(lerr <= 1e-5, "%s: loss error %.3g (got %g, want %g)", k->name, lerr, loss[0], lref[0]);
         free(loss);
         float *lse = host_copy(d.lse, (size_t)n * 4);
-        double e = vec_err(lse, lseref, n);
+        double e = xent_rel_err_vec(lse, lseref, n);
         ck_assert_msg(e <= 1e-5, "%s: lse error %.3g", k->name, e);
         free(lse);
     }
