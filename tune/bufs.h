@@ -36,7 +36,8 @@ double tune_bufs_error(const tune_bufs *b);
 /* Norm-wise error of host_grad (the device gradient read back) against
  * ref_grad over the sampled rows; 0 when the op writes no gradient. */
 double tune_bufs_grad_error(const tune_bufs *b);
-/* What a gradient in this dtype can promise (its own rounding). */
-double tune_grad_tolerance(xent_dtype d);
+/* What a gradient in this dtype, written by op, can promise against the reference rounded to
+ * the dtype: its own rounding, once or (XENT_OP_RESCALE) twice. */
+double tune_grad_tolerance(xent_dtype d, xent_op op);
 
 #endif

@@ -350,7 +350,7 @@ static void evaluate(timer *t, const xent_problem *p, xent_trial *trial, double 
     }
     tune_bufs *b = (tune_bufs *)t->bufs;
     int pruned = 0;
-    double gerr = 0, gtol = tune_grad_tolerance(p->logits);
+    double gerr = 0, gtol = tune_grad_tolerance(p->logits, p->op);
     if (check_result(ctx, plan, b, &trial->rel_err, &gerr)) {
         snprintf(trial->reason, sizeof trial->reason, "%.150s", xent_errmsg(ctx));
     } else if (!(trial->rel_err <= ERR_LIMIT)) {
