@@ -263,21 +263,34 @@ static void *host_copy(CUdeviceptr d, size_t bytes) {
     return h;
 }
 
+/* Where a gradient is most wrong: the row whose squared error is the largest,
+ * and the first and last of its columns that differ from the reference. */
+typedef struct worst {
+    int64_t row, first, last;
+    double d2;
+} worst;
+
 /* Norm-wise error of the device gradient against the reference rounded to its
  * dtype, summed as the tuner's check sums it (xent_err_acc); padding and ignored
  * rows checked exactly. */
-static double grad_err(const gcase *k, const inputs *in, const void *g, const double *ref) {
+static double grad_err(const gcase *k, const inputs *in, const void *g, const double *ref, worst *w) {
     xent_err_acc acc = {0};
     const int64_t stride = in->p.row_stride;
+    *w = (worst){-1, -1, -1, 0.0};
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
+        const double before = acc.d2;
+        worst row = {i, -1, -1, 0.0};
         for (int64_t j = 0; j < k->c; j++) {
             const double v = xent_ref_elem(g, k->dt, k->offset + i * stride + j);
             const double r = xent_ref_round(k->dt, ref[i * k->c + j]);
             if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
             ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
             xent_err_acc_add(&acc, v, r);
+            if (v != r) row.first = row.first < 0 ? j : row.first, row.last = j;
         }
+        row.d2 = acc.d2 - before;
+        if (row.d2 > w->d2) *w = row;
         if (!k->inplace)
             for (int64_t j = k->c; j < stride; j++)
                 ck_assert_msg(((const unsigned char *)g)[(k->offset + i * stride + j) * esz(k->dt)] == 0xFF,
@@ -417,9 +430,11 @@ static void check_case(const gcase *k) {
     }
     if (k->kind != FORWARD) {
         void *g = host_copy(k->inplace ? d.logits : d.grad, in.lbytes);
-        gerr = grad_err(k, &in, g, gref);
+        worst w;
+        gerr = grad_err(k, &in, g, gref, &w);
         const double tol = tune_grad_tolerance(k->dt, k->kind == RESCALE ? XENT_OP_RESCALE : XENT_OP_FUSED);
-        ck_assert_msg(gerr <= tol, "%s: gradient error %.3g > %.1g", k->name, gerr, tol);
+        ck_assert_msg(gerr <= tol, "%s: gradient error %.3g > %.1g; the worst row %lld (columns %lld to %lld differ)",
+                      k->name, gerr, tol, (long long)w.row, (long long)w.first, (long long)w.last);
         free(g);
     }
     /* a backward's forward too: a wrong gradient then says which kernel erred */
