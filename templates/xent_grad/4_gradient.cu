@@ -55,6 +55,24 @@ __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
     return cap_slope(g, y, k);
 }
 
+/* The backward takes the target's gradient in the lane that loaded the target's logit with its
+ * chunk: in place, a gradient overwrites its logit, and another warp of the team could store the
+ * target's vector before lane 0's own load of that logit returned (no barrier lies between them
+ * in the backward). The fused kernel reads the row before its team's barrier and keeps lane 0's. */
+#define TARGET_IN_CHUNK (!ROW_PASS)
+
+/* Element col's gradient from its logit x, the target's too where TARGET_IN_CHUNK. */
+__device__ __forceinline__ float elem_grad(float x, int col, const rowg &r, const gargs &k, bool on_fma = false) {
+#if TARGET_IN_CHUNK
+    if (col == r.t) {
+        rowg rt = r;
+        rt.xt = x;
+        return grad_at_target(rt, k);
+    }
+#endif
+    return grad_of(x, col, r, k, on_fma);
+}
+
 /* Two fp32 values into one word of the logits' 16-bit type, one instruction. */
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     unsigned w;
@@ -66,19 +84,35 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return w;
 }
 
-/* Item i of a lane's share of a chunk: its gradient, stored at p's item i. */
+/* Item i of a lane's share of a chunk: its gradient, stored at p's item i. Where TARGET_IN_CHUNK,
+ * the item that holds the target rewrites that element in a branch of its own, so that the other
+ * items' gradients are grad_of's alone. */
 __device__ __forceinline__ void store_item_grad(const chunk &ch, int i, unsigned char *p, int v, const slice &l,
                                                 const rowg &r, const gargs &k) {
+    float g[XENT_VEC];
+#pragma unroll
+    for (int j = 0; j < XENT_VEC; j++)
+        g[j] = grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j));
+#if TARGET_IN_CHUNK
+    const long long tj = r.t - vec_class(l, v, 0);
+    if (tj >= 0 && tj < XENT_VEC) {
+        rowg rt = r;
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++)
+            if (j == tj) rt.xt = elem(ch.r[i], j);
+        const float gt = grad_at_target(rt, k);
+#pragma unroll
+        for (int j = 0; j < XENT_VEC; j++)
+            if (j == tj) g[j] = gt;
+    }
+#endif
     unsigned o[VWORDS];
 #if XENT_LOGIT == 0
 #pragma unroll
-    for (int j = 0; j < XENT_VEC; j++)
-        o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)));
+    for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(g[j]);
 #else
 #pragma unroll
-    for (int j = 0; j < XENT_VEC; j += 2)
-        o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
-                         grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
+    for (int j = 0; j < XENT_VEC; j += 2) o[j / 2] = pack2(g[j], g[j + 1]);
 #endif
     store_vec(p + i * ITEM_BYTES, o);
 }
@@ -96,7 +130,7 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
-        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
 }
 
 /* As store_chunk_grad, each item's registers then taking the next row's item
@@ -113,7 +147,7 @@ __device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice 
     }
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
-        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], grad_of(ch.e[q], ch.ej[q], r, k));
+        if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
     if (h.on) load_edges(ch, h.l, lane, h.edges);
 }
 

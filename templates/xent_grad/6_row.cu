@@ -15,10 +15,10 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
     const long long t = (long long)k.targets[row];
     const bool bad = target_bad(t, k);
     const int chunk_vecs = XENT_TPR * XENT_ITEMS;
-    /* the target's logit, loaded first: its latency hides under the row's,
-     * and an in-place gradient has not overwritten it yet */
+    /* the fused kernel's target logit, loaded first: its latency hides under the row's, and an
+     * in-place gradient has not overwritten it yet (the backward's comes with its chunk) */
     const long long tc = t - k.c0;
-    const bool has_t = lane == 0 && !bad && t != k.ignore_index && tc >= 0 && tc < k.c && (edges || GRAD);
+    const bool has_t = ROW_PASS && lane == 0 && !bad && t != k.ignore_index && tc >= 0 && tc < k.c && (edges || GRAD);
     const float xt = has_t ? load_scalar(l.x, tc) : 0.0f;
 #if XENT_PREFETCH == 1
     chunk nx;
@@ -86,8 +86,10 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #endif
         if (!more) break;
     }
+#if !TARGET_IN_CHUNK
     team_barrier();
     if (active && has_t && slice_holds(l, r.t)) store_scalar(l.g, r.t, grad_at_target(r, k));
+#endif
 #elif XENT_PREFETCH == 1
     cur = nx;
 #endif
@@ -97,17 +99,8 @@ __device__ __forceinline__ double2 do_row(const gargs &k, long long row, bool ac
 #if XENT_FLAT
 #define FLAT_TILE (XENT_BLOCK * XENT_ITEMS)
 
-/* An element's gradient from its row's terms: the target's takes the
- * one-hot term too. */
-__device__ __forceinline__ float flat_grad(float x, long long col, const rowg &r, const gargs &k) {
-    if (col != r.t) return grad_of(x, (int)col, r, k);
-    rowg rt = r;
-    rt.xt = x;
-    return grad_at_target(rt, k);
-}
-
 /* Element e of the stream, alone: the stream's edges. */
 __device__ __forceinline__ void flat_scalar(const gargs &k, long long e, long long r0, const rowg *rows) {
     const long long row = e / k.c;
-    store_scalar(k.grad, e, flat_grad(load_scalar(k.logits, e), e - row * k.c, rows[row - r0], k));
+    store_scalar(k.grad, e, elem_grad(load_scalar(k.logits, e), e - row * k.c, rows[row - r0], k));
 }

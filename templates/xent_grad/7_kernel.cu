@@ -50,12 +50,12 @@ __device__ __forceinline__ void flat_backward(const gargs &k) {
         float gv[XENT_VEC];
         if (col + XENT_VEC <= k.c) {
 #pragma unroll
-            for (int j = 0; j < XENT_VEC; j++) gv[j] = flat_grad(elem(r[i], j), col + j, rows[q], k);
+            for (int j = 0; j < XENT_VEC; j++) gv[j] = elem_grad(elem(r[i], j), col + j, rows[q], k);
         } else { /* the vector crosses into the next row */
 #pragma unroll
             for (int j = 0; j < XENT_VEC; j++) {
                 const bool next = col + j >= k.c;
-                gv[j] = flat_grad(elem(r[i], j), next ? col + j - k.c : col + j, rows[q + next], k);
+                gv[j] = elem_grad(elem(r[i], j), next ? col + j - k.c : col + j, rows[q + next], k);
             }
         }
         unsigned o[VWORDS];
