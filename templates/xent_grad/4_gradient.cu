@@ -55,10 +55,11 @@ __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
     return cap_slope(g, y, k);
 }
 
-/* The backward takes the target's gradient in the lane that loaded the target's logit with its
- * chunk: in place, a gradient overwrites its logit, and another warp of the team could store the
- * target's vector before lane 0's own load of that logit returned (no barrier lies between them
- * in the backward). The fused kernel reads the row before its team's barrier and keeps lane 0's. */
+/* The backward takes the target's gradient in the lane whose chunk holds the target (a scalar
+ * edge's own lane, or target_in_items): in place, a gradient overwrites its logit, and a load of
+ * the target's logit by lane 0 could return after another warp of the team stored the target's
+ * vector (no barrier lies between them in the backward). The fused kernel reads the row before
+ * its team's barrier and keeps lane 0's load. */
 #define TARGET_IN_CHUNK (!ROW_PASS)
 
 /* Element col's gradient from its logit x, the target's too where TARGET_IN_CHUNK. */
@@ -84,37 +85,39 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return w;
 }
 
-/* Item i of a lane's share of a chunk: its gradient, stored at p's item i. Where TARGET_IN_CHUNK,
- * the item that holds the target rewrites that element in a branch of its own, so that the other
- * items' gradients are grad_of's alone. */
+/* Item i of a lane's share of a chunk: its gradient, stored at p's item i. */
 __device__ __forceinline__ void store_item_grad(const chunk &ch, int i, unsigned char *p, int v, const slice &l,
                                                 const rowg &r, const gargs &k) {
-    float g[XENT_VEC];
-#pragma unroll
-    for (int j = 0; j < XENT_VEC; j++)
-        g[j] = grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j));
-#if TARGET_IN_CHUNK
-    const long long tj = r.t - vec_class(l, v, 0);
-    if (tj >= 0 && tj < XENT_VEC) {
-        rowg rt = r;
-#pragma unroll
-        for (int j = 0; j < XENT_VEC; j++)
-            if (j == tj) rt.xt = elem(ch.r[i], j);
-        const float gt = grad_at_target(rt, k);
-#pragma unroll
-        for (int j = 0; j < XENT_VEC; j++)
-            if (j == tj) g[j] = gt;
-    }
-#endif
     unsigned o[VWORDS];
 #if XENT_LOGIT == 0
 #pragma unroll
-    for (int j = 0; j < XENT_VEC; j++) o[j] = __float_as_uint(g[j]);
+    for (int j = 0; j < XENT_VEC; j++)
+        o[j] = __float_as_uint(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)));
 #else
 #pragma unroll
-    for (int j = 0; j < XENT_VEC; j += 2) o[j / 2] = pack2(g[j], g[j + 1]);
+    for (int j = 0; j < XENT_VEC; j += 2)
+        o[j / 2] = pack2(grad_of(elem(ch.r[i], j), vec_class(l, v, j), r, k, ON_FMA(i * XENT_VEC + j)),
+                         grad_of(elem(ch.r[i], j + 1), vec_class(l, v, j + 1), r, k, ON_FMA(i * XENT_VEC + j + 1)));
 #endif
     store_vec(p + i * ITEM_BYTES, o);
+}
+
+/* Whether this lane's items of the chunk at vb hold the target's element. That lane loads the
+ * target's logit itself before its items' stores, which keep their order with its own load of
+ * that address; the item's vector store writes grad_of's value there and store_target_grad then
+ * rewrites it, so that the items' stores test nothing an element. */
+__device__ __forceinline__ bool target_in_items(const slice &l, int vb, int lane, const rowg &r) {
+    const int tv = (int)(r.t - l.head); /* the target's place in the slice's aligned vectors */
+    if (r.t < 0 || tv < 0) return false;
+    const int d = tv / XENT_VEC - vb - lane; /* item d / TPR of this lane, if d is a multiple of TPR */
+    return d >= 0 && d < lane_items(l, vb, lane) && d < XENT_ITEMS * XENT_TPR && d % XENT_TPR == 0;
+}
+
+/* The target's gradient from its logit xt, over the value its item's vector store wrote. */
+__device__ __forceinline__ void store_target_grad(const slice &l, const rowg &r, const gargs &k, float xt) {
+    rowg rt = r;
+    rt.xt = xt;
+    store_scalar(l.g, r.t, grad_at_target(rt, k));
 }
 
 /* The gradient of a lane's share of the chunk at vb. */
@@ -122,6 +125,10 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
                                                  const gargs &k, bool active) {
     unsigned char *p = l.g + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
+#if TARGET_IN_CHUNK
+    const bool holds_t = active && target_in_items(l, vb, lane, r);
+    const float xt = holds_t ? load_scalar(l.x, r.t) : 0.0f;
+#endif
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
@@ -131,6 +138,9 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
         if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
+#if TARGET_IN_CHUNK
+    if (holds_t) store_target_grad(l, r, k, xt);
+#endif
 }
 
 /* As store_chunk_grad, each item's registers then taking the next row's item
@@ -139,6 +149,10 @@ __device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice 
                                                          const gargs &k, bool active, const handoff &h) {
     unsigned char *p = l.g + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
+#if TARGET_IN_CHUNK
+    const bool holds_t = active && target_in_items(l, vb, lane, r);
+    const float xt = holds_t ? load_scalar(l.x, r.t) : 0.0f;
+#endif
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
@@ -148,6 +162,9 @@ __device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
         if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
+#if TARGET_IN_CHUNK
+    if (holds_t) store_target_grad(l, r, k, xt);
+#endif
     if (h.on) load_edges(ch, h.l, lane, h.edges);
 }
 
