@@ -27,8 +27,9 @@ static inline int test_every(void) {
 static inline int test_offset(void) {
     static int offset = -1;
     if (offset < 0) {
+        const int every = test_every(); /* printed here, once, where main asks before the cases fork */
         const char *e = getenv("XENT_TEST_OFFSET");
-        offset = e && atoi(e) > 0 ? atoi(e) % test_every() : 0;
+        offset = e && atoi(e) > 0 ? atoi(e) % every : 0;
         if (offset > 0) printf("XENT_TEST_OFFSET=%d: from the %d-th case\n", offset, offset);
     }
     return offset;

@@ -171,10 +171,29 @@ for s in "$@"; do
         # checkout's shipped ones: a fresh machine has no installed data folder, and would
         # time the heuristic. The ops take about 7 s a case (a context and compiles each),
         # past 7 minutes for all: XENT_TEST_ONLY=text (fused, handoff, backward, flat,
-        # rescale, shard, ...) runs a part, CK_EXCLUDE_TAGS=perf leaves the timing out
-        stage "training ops"
-        XENT_DATADIR=${XENT_DATADIR:-$PWD/tunecache} XENT_GRAD_CONFIGS="${GRAD_CONFIGS:-}" \
-            run timeout "${TEST_TIMEOUT:-900}" "${GRAD_SUITE:-build/tests/gpu/check_grad}" ;;
+        # rescale, shard, ...) runs a part, CK_EXCLUDE_TAGS=perf leaves the timing out.
+        # GRAD_PARTS=k runs the ops as k processes at once (XENT_TEST_EVERY=k, each
+        # XENT_TEST_OFFSET; their time is mostly the CPU's reference), then the timing alone
+        stage "training ops${GRAD_PARTS:+ in $GRAD_PARTS parts}"
+        suite=${GRAD_SUITE:-build/tests/gpu/check_grad}
+        genv=(env XENT_DATADIR="${XENT_DATADIR:-$PWD/tunecache}" XENT_GRAD_CONFIGS="${GRAD_CONFIGS:-}")
+        if [ "${GRAD_PARTS:-1}" -gt 1 ]; then
+            pids=()
+            for o in $(seq 0 $((GRAD_PARTS - 1))); do
+                "${genv[@]}" XENT_TEST_EVERY="$GRAD_PARTS" XENT_TEST_OFFSET="$o" CK_EXCLUDE_TAGS=perf \
+                    timeout "${TEST_TIMEOUT:-900}" "$suite" > "/tmp/xent-grad-part$o.log" 2>&1 &
+                pids+=($!)
+            done
+            # each part's pid, not a bare wait: that would wait for the log's tee as well
+            for o in "${!pids[@]}"; do
+                wait "${pids[$o]}"; rc=$?
+                cat "/tmp/xent-grad-part$o.log"
+                [ $rc = 0 ] || { echo "FAILED($rc): check_grad part $o"; status=1; }
+            done
+            [ "${CK_EXCLUDE_TAGS:-}" = perf ] || run "${genv[@]}" CK_INCLUDE_TAGS=perf timeout "${TEST_TIMEOUT:-900}" "$suite"
+        else
+            run "${genv[@]}" timeout "${TEST_TIMEOUT:-900}" "$suite"
+        fi ;;
     gradtune)
         stage "tune the training ops"
         # from the shipped entries, so that export keeps the ones not retuned here
