@@ -190,7 +190,8 @@ for s in "$@"; do
                 cat "/tmp/xent-grad-part$o.log"
                 [ $rc = 0 ] || { echo "FAILED($rc): check_grad part $o"; status=1; }
             done
-            [ "${CK_EXCLUDE_TAGS:-}" = perf ] || run "${genv[@]}" CK_INCLUDE_TAGS=perf timeout "${TEST_TIMEOUT:-900}" "$suite"
+            [ "${CK_EXCLUDE_TAGS:-}" = perf ] ||
+                run "${genv[@]}" CK_INCLUDE_TAGS=perf timeout "${TEST_TIMEOUT:-900}" "$suite"
         else
             run "${genv[@]}" timeout "${TEST_TIMEOUT:-900}" "$suite"
         fi ;;
