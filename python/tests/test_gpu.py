@@ -115,25 +115,33 @@ CPP_CASES = [  # (dtype, options): the C++ operator's problems against the Pytho
 ]
 
 
+@pytest.mark.parametrize("inplace", [False, True], ids=["new-grad", "inplace"])
 @pytest.mark.parametrize("dtype, options", CPP_CASES, ids=lambda v: str(v))
-def test_cpp_operator_matches_python_path(dtype, options):
-    """Eager fused losses go through libxent_torch.so's operator where it was built: the same kernels
-    as the Python path, so the same loss and gradient bit for bit, and a strided view is copied."""
+def test_cpp_operator_matches_python_path(dtype, options, inplace):
+    """Eager fused losses go through libxent_torch.so's operators where they were built: the same kernels
+    as the Python path, so the same loss and gradient bit for bit, on contiguous rows and on a strided
+    view (copied, or written over in place in its own layout). In place, contiguous logits hold their
+    own gradient: autograd takes it as it is."""
     x0, t = _inputs(300, 5003, dtype, ignore_index=options.get("ignore_index", -100))
     kw = dict(options)
     if kw.pop("weight", False):
         kw["weight"] = torch.rand(5003, device=DEV)
-    wide = torch.zeros(300, 5010, device=DEV, dtype=dtype)
-    wide[:, :5003] = x0
     out = {}
     for cpp in (None, False):  # None: look the operator up (and load it) again; False: the Python path
         _ops._cpp = cpp
-        for name, base in (("contiguous", x0), ("strided", wide[:, :5003])):
-            x = base.detach().clone() if name == "contiguous" else base.detach()
+        for name in ("contiguous", "strided"):
+            if name == "contiguous":
+                x = x0.detach().clone()
+            else:  # a fresh buffer each time: in place, the gradient is written over it
+                wide = torch.zeros(300, 5010, device=DEV, dtype=dtype)
+                wide[:, :5003] = x0
+                x = wide[:, :5003]
             x = x.requires_grad_(True)
-            loss = xent.cross_entropy(x, t, **kw)
+            loss = xent.cross_entropy(x, t, inplace_backward=inplace, **kw)
             (loss.sum() * 0.5 if loss.dim() else loss * 1.5).backward()
             out[(cpp, name)] = (loss.detach(), x.grad)
+            if inplace and name == "contiguous":
+                assert x.grad.data_ptr() == x.data_ptr(), "cpp=%s: the gradient was copied" % cpp
         if cpp is None and not _ops._cpp:
             pytest.skip("libxent_torch.so not built for this torch (make build/libxent_torch.so PYTHON=...)")
     _ops._cpp = None

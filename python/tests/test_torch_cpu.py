@@ -36,8 +36,8 @@ def _x(n=6, c=10, dtype=torch.float32, grad=False, seed=0):
 
 def test_cpp_operator_registers_for_cuda_only():
     """libxent_torch.so (make build/libxent_torch.so PYTHON=...), where it was built for this torch: it
-    loads beside libxent.so, declares xent_cpp::fused, and has no kernel for CPU tensors (xent's checks
-    come first in cross_entropy, so this is the dispatcher's own refusal)."""
+    loads beside libxent.so, declares xent_cpp::fused and fused_inplace, and has no kernel for CPU
+    tensors (xent's checks come first in cross_entropy, so this is the dispatcher's own refusal)."""
     import os
     from conftest import library_or_skip
     lib = library_or_skip()
@@ -45,13 +45,17 @@ def test_cpp_operator_registers_for_cuda_only():
     if not os.path.exists(path):
         pytest.skip("libxent_torch.so not built (%s)" % path)
     torch.ops.load_library(path)
-    schema = torch.ops.xent_cpp.fused.default._schema
-    assert schema.name == "xent_cpp::fused"
-    assert [a.name for a in schema.arguments] == ["input", "target", "weight", "context", "ignore_index",
-                                                  "reduction", "label_smoothing", "z_loss", "softcap"]
-    x, t = _x(grad=True)
-    with pytest.raises(NotImplementedError, match="CPU"):
-        torch.ops.xent_cpp.fused(x, t, None, 0, -100, 2, 0.0, 0.0, 0.0)
+    for op, writes in (("fused", False), ("fused_inplace", True)):
+        schema = getattr(torch.ops.xent_cpp, op).default._schema
+        assert schema.name == "xent_cpp::" + op
+        assert [a.name for a in schema.arguments] == ["input", "target", "weight", "context", "ignore_index",
+                                                      "reduction", "label_smoothing", "z_loss", "softcap"]
+        # the in-place op declares that it writes its input (the gradient goes over the logits)
+        info = schema.arguments[0].alias_info
+        assert (info is not None and info.is_write) == writes, op
+        x, t = _x(grad=True)
+        with pytest.raises(NotImplementedError, match="CPU"):
+            getattr(torch.ops.xent_cpp, op)(x, t, None, 0, -100, 2, 0.0, 0.0, 0.0)
 
 
 def test_ops_registered():

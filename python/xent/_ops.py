@@ -86,32 +86,36 @@ def _cpp_op_loaded(xe):
                 path = os.path.join(os.path.dirname(xe._lib._name), "libxent_torch.so")
                 try:
                     torch.ops.load_library(path)
-                    _cpp = hasattr(torch.ops.xent_cpp, "fused")
+                    _cpp = all(hasattr(torch.ops.xent_cpp, op) for op in ("fused", "fused_inplace"))
                 except (OSError, RuntimeError):
                     _cpp = False
     return _cpp
 
 
-def _fused_cpp(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
-    """The eager fused loss as one C++ autograd op (torch.ops.xent_cpp.fused), or None where it was not
-    built. It looks plans up and never builds them: on a first call for a problem, they are built here
-    (where capture gets its clear error) and the op called again."""
+def _fused_cpp(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, inplace):
+    """The eager fused loss as one C++ autograd op (torch.ops.xent_cpp.fused, or fused_inplace, the
+    gradient over the logits), or None where it was not built. It looks plans up and never builds them:
+    on a first call for a problem, they are built here (where capture gets its clear error) and the op
+    called again."""
     index = input.device.index
     xe = _contexts.get(index) or _context(index)
     if not (_cpp or (_cpp is None and _cpp_op_loaded(xe))):
         return None
+    op = torch.ops.xent_cpp.fused_inplace if inplace else torch.ops.xent_cpp.fused
     args = (input, target, weight, xe._ctx.value, ignore_index, reduction, label_smoothing, z_loss, softcap)
     try:
-        return torch.ops.xent_cpp.fused(*args)
+        return op(*args)
     except RuntimeError as e:
         if "xent: no plan" not in str(e):
             raise
     n, c = input.shape
-    # the op's problems: the gradient's rows are contiguous (a copy of the logits where theirs are not)
+    # the op's problems: the gradient's rows are the logits' in place, else contiguous (a copy of the
+    # logits where theirs are not)
+    rs = _row_stride(input) if inplace else c
     _plan(index, _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
-                      _capi.XENT_OP_FUSED, row_stride=c))
-    _plan(index, _rescale_key(n, c, c, input.dtype, reduction == 0))
-    return torch.ops.xent_cpp.fused(*args)
+                      _capi.XENT_OP_FUSED, row_stride=rs))
+    _plan(index, _rescale_key(n, c, rs, input.dtype, reduction == 0))
+    return op(*args)
 
 
 def _context(index):
@@ -535,8 +539,8 @@ def _cross_entropy_rows(input, target, weight, ignore_index, reduction, label_sm
             bool(return_lse))
     eager = _direct(input)
     needs_grad = torch.is_grad_enabled() and input.requires_grad
-    if eager and needs_grad and not (inplace_backward or return_lse):
-        loss = _fused_cpp(input, *args[:-1])
+    if eager and needs_grad and not return_lse:
+        loss = _fused_cpp(input, *args[:-1], inplace_backward)
         if loss is not None:
             return loss
     if not needs_grad:

@@ -5,6 +5,8 @@
 // the backward rescales that gradient by the loss's upstream gradient. It is what xent._ops'
 // _FusedEager does, without Python on the step's path: the autograd engine runs the backward in
 // C++ (no interpreter lock taken from its thread) and the launches skip ctypes.
+// torch.ops.xent_cpp.fused_inplace (the same arguments) is _FusedInplace's: the gradient is written
+// over the logits' own storage, in their layout, and is what the backward rescales and returns.
 //
 // Plans are looked up, never built, here: xent_plan_lookup never compiles or synchronizes, so the op
 // is safe under CUDA graph capture. A miss raises an error starting "xent: no plan"; xent._ops then
@@ -54,64 +56,108 @@ void launch(xent_context *ctx, xent_plan *plan, const Tensor &on, const xent_arg
     TORCH_CHECK(rc == XENT_OK, "xent: xent_plan_launch: ", xent_errstr(rc), ": ", xent_errmsg(ctx));
 }
 
+// The row stride xent takes for x's rows (xent._ops._row_stride): one row, or rows that overlap, are c apart.
+int64_t row_stride_of(const Tensor &x) {
+    const int64_t n = x.size(0), c = x.size(1), rs = x.stride(0);
+    return n == 1 || rs < c ? c : rs;
+}
+
+// The fused problem of x's rows, whose gradient has the same row stride.
+xent_problem fused_problem(const Tensor &x, const Tensor &target, bool weighted, int64_t ignore_index,
+                           int64_t reduction, double label_smoothing, double z_loss, double softcap) {
+    xent_problem p;
+    xent_problem_init(&p, x.size(0), x.size(1));
+    p.row_stride = row_stride_of(x);
+    p.logits = logit_dtype(x);
+    p.targets = target.scalar_type() == at::kInt ? XENT_I32 : XENT_I64;
+    p.reduction = static_cast<xent_reduction>(reduction);
+    p.ignore_index = ignore_index;
+    p.label_smoothing = static_cast<float>(label_smoothing);
+    p.has_weights = weighted;
+    p.op = XENT_OP_FUSED;
+    p.z_loss = static_cast<float>(z_loss);
+    p.softcap = static_cast<float>(softcap);
+    return p;
+}
+
+// Launches the fused plan of x's rows, the gradient into grad; returns the loss and keeps grad for
+// the backward.
+Tensor fused_forward(AutogradContext *actx, const Tensor &x, const Tensor &grad, const Tensor &target,
+                     const c10::optional<Tensor> &weight, int64_t context, int64_t ignore_index,
+                     int64_t reduction, double label_smoothing, double z_loss, double softcap) {
+    auto *ctx = reinterpret_cast<xent_context *>(context);
+    const xent_problem p = fused_problem(x, target, weight.has_value(), ignore_index, reduction,
+                                         label_smoothing, z_loss, softcap);
+    xent_plan *plan = plan_for(ctx, p);
+    const int64_t n = x.size(0);
+    Tensor loss = reduction == XENT_REDUCE_NONE ? at::empty({n}, x.options().dtype(at::kFloat))
+                                                : at::empty({}, x.options().dtype(at::kFloat));
+    xent_args a = {};
+    a.logits = x.data_ptr();
+    a.targets = target.data_ptr();
+    a.weights = weight.has_value() ? weight->data_ptr<float>() : nullptr;
+    a.loss = loss.data_ptr<float>();
+    a.grad = grad.data_ptr();
+    launch(ctx, plan, x, a);
+    actx->save_for_backward({grad});
+    actx->saved_data["context"] = context;
+    actx->saved_data["reduction"] = reduction;
+    actx->set_materialize_grads(false);
+    return loss;
+}
+
+// The kept gradient times the loss's upstream gradient, in place, returned as the logits'.
+variable_list fused_backward(AutogradContext *actx, const variable_list &grad_outputs) {
+    Tensor grad = actx->get_saved_variables()[0];
+    const Tensor &g = grad_outputs[0];
+    if (!g.defined()) return {at::zeros_like(grad), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+                              Tensor(), Tensor()};
+    auto *ctx = reinterpret_cast<xent_context *>(actx->saved_data["context"].toInt());
+    const bool rows = actx->saved_data["reduction"].toInt() == XENT_REDUCE_NONE;
+    // the upstream gradient as the rescale takes it: contiguous fp32, n floats (none) or 1
+    const Tensor dl = g.scalar_type() == at::kFloat && g.is_contiguous() ? g : g.to(at::kFloat).contiguous();
+    xent_problem p;
+    xent_problem_init(&p, grad.size(0), grad.size(1));
+    p.row_stride = row_stride_of(grad);
+    p.logits = logit_dtype(grad);
+    p.reduction = rows ? XENT_REDUCE_NONE : XENT_REDUCE_MEAN;
+    p.op = XENT_OP_RESCALE;
+    xent_args a = {};
+    a.logits = grad.data_ptr();
+    a.grad = grad.data_ptr();
+    a.dloss = dl.data_ptr<float>();
+    launch(ctx, plan_for(ctx, p), grad, a);
+    return {grad, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+}
+
 struct Fused : public torch::autograd::Function<Fused> {
     static Tensor forward(AutogradContext *actx, const Tensor &input, const Tensor &target,
                           const c10::optional<Tensor> &weight, int64_t context, int64_t ignore_index,
                           int64_t reduction, double label_smoothing, double z_loss, double softcap) {
-        auto *ctx = reinterpret_cast<xent_context *>(context);
         // the new gradient must share the logits' row stride and 16-byte phase (xent._ops._aligned)
         const bool aligned = input.stride(0) == input.size(1) && reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0;
         const Tensor x = aligned ? input : input.is_contiguous() ? input.clone() : input.contiguous();
-        const int64_t n = x.size(0), c = x.size(1);
-        xent_problem p;
-        xent_problem_init(&p, n, c); // row_stride c: the rows of x are back to back
-        p.logits = logit_dtype(x);
-        p.targets = target.scalar_type() == at::kInt ? XENT_I32 : XENT_I64;
-        p.reduction = static_cast<xent_reduction>(reduction);
-        p.ignore_index = ignore_index;
-        p.label_smoothing = static_cast<float>(label_smoothing);
-        p.has_weights = weight.has_value();
-        p.op = XENT_OP_FUSED;
-        p.z_loss = static_cast<float>(z_loss);
-        p.softcap = static_cast<float>(softcap);
-        xent_plan *plan = plan_for(ctx, p);
-        Tensor grad = at::empty_like(x, at::MemoryFormat::Contiguous);
-        Tensor loss = reduction == XENT_REDUCE_NONE ? at::empty({n}, x.options().dtype(at::kFloat))
-                                                    : at::empty({}, x.options().dtype(at::kFloat));
-        xent_args a = {};
-        a.logits = x.data_ptr();
-        a.targets = target.data_ptr();
-        a.weights = weight.has_value() ? weight->data_ptr<float>() : nullptr;
-        a.loss = loss.data_ptr<float>();
-        a.grad = grad.data_ptr();
-        launch(ctx, plan, x, a);
-        actx->save_for_backward({grad});
-        actx->saved_data["context"] = context;
-        actx->saved_data["reduction"] = reduction;
-        actx->set_materialize_grads(false);
-        return loss;
+        return fused_forward(actx, x, at::empty_like(x, at::MemoryFormat::Contiguous), target, weight, context,
+                             ignore_index, reduction, label_smoothing, z_loss, softcap);
     }
 
     static variable_list backward(AutogradContext *actx, variable_list grad_outputs) {
-        Tensor grad = actx->get_saved_variables()[0];
-        const Tensor &g = grad_outputs[0];
-        if (!g.defined()) return {at::zeros_like(grad), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
-                                  Tensor(), Tensor()};
-        auto *ctx = reinterpret_cast<xent_context *>(actx->saved_data["context"].toInt());
-        const bool rows = actx->saved_data["reduction"].toInt() == XENT_REDUCE_NONE;
-        // the upstream gradient as the rescale takes it: contiguous fp32, n floats (none) or 1
-        const Tensor dl = g.scalar_type() == at::kFloat && g.is_contiguous() ? g : g.to(at::kFloat).contiguous();
-        xent_problem p;
-        xent_problem_init(&p, grad.size(0), grad.size(1)); // row_stride c: grad is contiguous
-        p.logits = logit_dtype(grad);
-        p.reduction = rows ? XENT_REDUCE_NONE : XENT_REDUCE_MEAN;
-        p.op = XENT_OP_RESCALE;
-        xent_args a = {};
-        a.logits = grad.data_ptr();
-        a.grad = grad.data_ptr();
-        a.dloss = dl.data_ptr<float>();
-        launch(ctx, plan_for(ctx, p), grad, a);
-        return {grad, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+        return fused_backward(actx, grad_outputs);
+    }
+};
+
+// The gradient over the logits, which the caller gave up by asking for it: a detached view of their
+// storage, since the gradient autograd gives the input cannot be the input itself, which requires grad.
+struct FusedInplace : public torch::autograd::Function<FusedInplace> {
+    static Tensor forward(AutogradContext *actx, const Tensor &input, const Tensor &target,
+                          const c10::optional<Tensor> &weight, int64_t context, int64_t ignore_index,
+                          int64_t reduction, double label_smoothing, double z_loss, double softcap) {
+        return fused_forward(actx, input, input.detach(), target, weight, context, ignore_index, reduction,
+                             label_smoothing, z_loss, softcap);
+    }
+
+    static variable_list backward(AutogradContext *actx, variable_list grad_outputs) {
+        return fused_backward(actx, grad_outputs);
     }
 };
 
@@ -120,12 +166,24 @@ Tensor fused(const Tensor &input, const Tensor &target, const c10::optional<Tens
     return Fused::apply(input, target, weight, context, ignore_index, reduction, label_smoothing, z_loss, softcap);
 }
 
+Tensor fused_inplace(const Tensor &input, const Tensor &target, const c10::optional<Tensor> &weight,
+                     int64_t context, int64_t ignore_index, int64_t reduction, double label_smoothing,
+                     double z_loss, double softcap) {
+    return FusedInplace::apply(input, target, weight, context, ignore_index, reduction, label_smoothing, z_loss,
+                               softcap);
+}
+
 } // namespace
 
 TORCH_LIBRARY(xent_cpp, m) {
     m.def("fused(Tensor input, Tensor target, Tensor? weight, int context, int ignore_index, int reduction, "
           "float label_smoothing, float z_loss, float softcap) -> Tensor");
+    m.def("fused_inplace(Tensor(a!) input, Tensor target, Tensor? weight, int context, int ignore_index, "
+          "int reduction, float label_smoothing, float z_loss, float softcap) -> Tensor");
 }
 
 // Autograd for CUDA tensors: the op is its own autograd node, and launches on the tensors' memory.
-TORCH_LIBRARY_IMPL(xent_cpp, AutogradCUDA, m) { m.impl("fused", fused); }
+TORCH_LIBRARY_IMPL(xent_cpp, AutogradCUDA, m) {
+    m.impl("fused", fused);
+    m.impl("fused_inplace", fused_inplace);
+}
