@@ -185,6 +185,21 @@ def test_inplace_backward(dtype):
     torch.testing.assert_close(h.grad, ref_h)
 
 
+def test_inplace_backward_refuses_saved_logits():
+    """A node that saved the logits for its own backward would read the gradient the kernel wrote over
+    them: the logits' version counter, which no torch op bumps here, makes that backward raise instead,
+    on the C++ operator and on the Python path."""
+    x, t = _inputs(64, 1000, torch.float32, seed=4)
+    for cpp in (None, False):
+        _ops._cpp = cpp
+        y = x.detach().clone().requires_grad_(True) * 1.0
+        aux = (y * y).sum()  # mul saves y
+        loss = xent.cross_entropy(y, t, inplace_backward=True)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            (loss + aux).backward()
+    _ops._cpp = None
+
+
 def test_rescale_skips_ones():
     x, t = _inputs(128, 4096, torch.float32, seed=2)
     for red in ("mean", "none"):

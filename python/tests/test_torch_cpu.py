@@ -288,6 +288,17 @@ def test_inplace_backward(emulate):
     assert y._version > 0  # y holds the gradient now
 
 
+def test_inplace_backward_refuses_saved_logits(emulate):
+    """A node that saved the logits for its own backward would read the gradient written over them:
+    the logits' version counter makes that backward raise instead."""
+    x, t = _x(grad=True, seed=5)
+    y = x * 1.0
+    aux = (y * y).sum()  # mul saves y
+    loss = xent.cross_entropy(y, t, inplace_backward=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (loss + aux).backward()
+
+
 def test_no_grad_uses_forward(emulate):
     x, t = _x(grad=True)
     with torch.no_grad():

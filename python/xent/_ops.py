@@ -443,6 +443,9 @@ class _FusedInplace(torch.autograd.Function):
         if _direct(input):
             loss, lse = _fused_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss,
                                     softcap, write_lse, input)
+            # a kernel's write is no torch op: the logits' version counter says they changed, so that a
+            # node that saved them for its own backward raises instead of reading the gradient
+            torch.autograd.graph.increment_version(input)
         else:
             loss, lse = torch.ops.xent.fused_inplace(input, target, weight, ignore_index, reduction,
                                                      label_smoothing, z_loss, softcap, write_lse)

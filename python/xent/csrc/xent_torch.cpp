@@ -81,7 +81,8 @@ xent_problem fused_problem(const Tensor &x, const Tensor &target, bool weighted,
 }
 
 // Launches the fused plan of x's rows, the gradient into grad; returns the loss and keeps grad for
-// the backward.
+// the backward. Where grad lies over x, x's version counter is bumped after the launch (a kernel's
+// write is no torch op) and before grad is saved: another node that saved x raises on it, not this one.
 Tensor fused_forward(AutogradContext *actx, const Tensor &x, const Tensor &grad, const Tensor &target,
                      const c10::optional<Tensor> &weight, int64_t context, int64_t ignore_index,
                      int64_t reduction, double label_smoothing, double z_loss, double softcap) {
@@ -99,6 +100,7 @@ Tensor fused_forward(AutogradContext *actx, const Tensor &x, const Tensor &grad,
     a.loss = loss.data_ptr<float>();
     a.grad = grad.data_ptr();
     launch(ctx, plan, x, a);
+    if (grad.data_ptr() == x.data_ptr()) torch::autograd::impl::bump_version(x);
     actx->save_for_backward({grad});
     actx->saved_data["context"] = context;
     actx->saved_data["reduction"] = reduction;
