@@ -487,7 +487,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
     Extra options: z_loss adds z_loss * lse^2 per non-ignored row (not with weight); softcap > 0 applies
     softcap * tanh(x / softcap) to the logits first; return_lse=True returns (loss, lse float32 of the
     target's shape, not differentiable); inplace_backward=True writes the gradient over input's storage
-    (saves N*C memory; [N, C] input only; input must not be used after this call, by you or by autograd).
+    (saves N*C memory; [N, C] input only; input must not be used after this call, by you or by autograd:
+    a node that saved it for its own backward raises, its version counter having moved).
 
     A batch of no rows (N = 0) gives what F.cross_entropy gives: a NaN mean, a sum of 0, an empty none.
 
