@@ -545,15 +545,30 @@ def run(args, problems):
     return 0
 
 
+def lookup_config(args, p):
+    """The config the runtime's lookup gives problem p on the H200 (xent-tune --dry-run), or None."""
+    q = subprocess.run([args.tune_bin, "--dry-run", "--gpu", "h200", "--json"] + problem_flags(p),
+                       capture_output=True, text=True)
+    try:
+        return json.loads(q.stdout)[0]["lookup"]["config"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+
+
 def compile_only(args, problems):
     """Every candidate of the chosen problems compiled for the H200 into $XENT_KERNEL_CACHE (no GPU),
-    so that their tunes on the GPU machine spend the budget timing, not compiling."""
+    so that their tunes on the GPU machine spend the budget timing, not compiling. With --tuned-from,
+    only what such a run times: the lookup's plan and the earlier report's top configs."""
     if not os.environ.get("XENT_KERNEL_CACHE"):
         raise SystemExit("--compile-only: set XENT_KERNEL_CACHE to the folder to fill")
     for i in parse_range(args.only, len(problems)):
         p = problems[i]
         t0 = time.time()
-        q = subprocess.run([args.tune_bin, "--compile-only", "--gpu", "h200", "-q"] + problem_flags(p),
+        only = []
+        if args.earlier is not None:
+            for c in earlier_configs(args, p) + [lookup_config(args, p)]:
+                only += ["--config", c] if c else []
+        q = subprocess.run([args.tune_bin, "--compile-only", "--gpu", "h200", "-q"] + problem_flags(p) + only,
                            capture_output=True, text=True)
         if q.returncode != 0:
             log("%d %s: xent-tune --compile-only failed (%d): %s" % (i, p["name"], q.returncode, q.stderr.strip()[-300:]))
@@ -570,7 +585,8 @@ def main():
     ap.add_argument("--only", help="i..j: measure only problems i to j (inclusive) of the draw; a comma list of such parts")
     ap.add_argument("--list", action="store_true", help="print the drawn problems and exit (no GPU)")
     ap.add_argument("--compile-only", action="store_true",
-                    help="compile the chosen problems' candidates into $XENT_KERNEL_CACHE and exit (no GPU)")
+                    help="compile the chosen problems' candidates into $XENT_KERNEL_CACHE and exit (no GPU); "
+                         "with --tuned-from, only the lookup's plan and the report's top configs")
     ap.add_argument("--with-fixed", action="store_true",
                     help="append the issue's %d fixed problems after the draw (numbered from --problems)" % len(FIXED))
     ap.add_argument("--no-tune", dest="tune", action="store_false", help="untuned and floor only")
