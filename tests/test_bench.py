@@ -70,6 +70,33 @@ def test_earlier_configs(earlier, want):
     assert rp.earlier_configs(args, p) == want
 
 
+FAKE_TUNE = """#!/bin/sh
+# xent-tune as compile_only calls it: records each call; --dry-run answers the lookup's config L
+echo "$*" >> "$(dirname "$0")/calls"
+case "$*" in *--dry-run*) echo '[{"lookup": {"config": "L"}}]' ;; *) echo "VEC=1 ..." ;; esac
+"""
+
+
+@pytest.mark.parametrize("earlier, want", [
+    (None, []),  # a tune's compile ahead: every candidate
+    ({"18": tune_record("13183x2505 f16 i32 mean", ["A", "B"], "A")}, ["A", "B", "L"]),
+    ({"18": tune_record("another problem", ["A"], "A")}, ["L"]),  # no earlier tune: the lookup's alone
+])
+def test_compile_only_compiles_what_the_run_times(tmp_path, monkeypatch, earlier, want):
+    """--compile-only compiles every candidate, or with --tuned-from only what that run times: the
+    earlier report's top configs and the lookup's plan."""
+    tune = tmp_path / "xent-tune"
+    tune.write_text(FAKE_TUNE)
+    tune.chmod(0o755)
+    monkeypatch.setenv("XENT_KERNEL_CACHE", str(tmp_path))
+    args = type("Args", (), {"earlier": earlier, "tune_bin": str(tune), "only": "18"})()
+    assert rp.compile_only(args, rp.draw(12, 40, int(4e9))) == 0
+    compile_call = [c for c in (tmp_path / "calls").read_text().splitlines() if "--compile-only" in c]
+    assert len(compile_call) == 1
+    words = compile_call[0].split()
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--config"] == want
+
+
 def measured(idx, untuned_us):
     rec = dict(rp.draw(12, 40, int(4e9))[idx])
     rec.update(floor_us=1.0, untuned={"us": untuned_us, "source": "nearest"}, tuned={"us": 1.0})
