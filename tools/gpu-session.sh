@@ -3,7 +3,7 @@
 #   tools/gpu-session.sh info test configs crosscheck tune example exhaustive explore profile import sweep export bench ab
 #   copy grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship retune
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
-# $OUT/h200.sql and the benchmark to $OUT/bench/ (the device tool returns at
+# $OUT/$GPU_KEY.sql and the benchmark to $OUT/bench/ (the device tool returns at
 # most 8 files). The build folder is made on the dev machine and carried.
 # Stage times on the H200: test ~2.5 min, configs ~6.5 min for fp32 (every 3rd
 # config: 134 s) and ~15 min a 16-bit dtype (every 12th: 70-80 s), so one dtype
@@ -23,6 +23,12 @@ export PYTHONUNBUFFERED=1
 # NVRTC is found here even where the loader's configuration lacks CUDA's folder
 export LD_LIBRARY_PATH=${CUDA:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 TUNE=build/xent-tune
+# the GPU whose cache the tuning stages write and export (tunecache/$GPU_KEY.sql, $OUT/$GPU_KEY.sql):
+# the shipped h200 by default; another key of xent-tune --gpu (h100, say) builds that GPU's own cache
+GPU_KEY=${GPU_KEY:-h200}
+# the shipped entries of $GPU_KEY into a cache (default the session's), where there are any, so that an
+# export keeps the entries not retuned here
+import_shipped() { [ ! -f "tunecache/$GPU_KEY.sql" ] || run $TUNE import "tunecache/$GPU_KEY.sql" "$@"; }
 # the shapes the tune stage retunes (by default the benchmark's)
 TUNE_SHAPES=${TUNE_SHAPES-32768x4096 4096x32000 8192x128256 16384x50257 64x262144 1048576x10}
 TUNE_BF16_SHAPES=${TUNE_BF16_SHAPES-32768x4096 8192x128256}
@@ -70,15 +76,15 @@ for s in "$@"; do
     tune)
         stage "tune the benchmark shapes"
         # from the shipped entries, so that export keeps the ones not retuned here
-        run $TUNE import tunecache/h200.sql
-        for sh in $TUNE_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top "${TUNE_TOP:-3}"; done
+        import_shipped
+        for sh in $TUNE_SHAPES; do run $TUNE --gpu "$GPU_KEY" --shape "$sh" --budget "${TUNE_BUDGET:-10}" -q --top "${TUNE_TOP:-3}"; done
         # 16-bit structures compile slowly: at --budget 8 on a cold kernel cache their
         # first stage used it all and no variant (POLY among them) was ever timed
-        for sh in $TUNE_BF16_SHAPES; do run $TUNE --gpu h200 --shape "$sh" --dtype bf16 --budget "${TUNE_BF16_BUDGET:-40}" -q --top "${TUNE_TOP:-3}"; done ;;
+        for sh in $TUNE_BF16_SHAPES; do run $TUNE --gpu "$GPU_KEY" --shape "$sh" --dtype bf16 --budget "${TUNE_BF16_BUDGET:-40}" -q --top "${TUNE_TOP:-3}"; done ;;
     exhaustive)
         stage "staged search vs exhaustive (a separate cache)"
         for sh in ${EXHAUSTIVE_SHAPES:-32768x4096 64x262144 1048576x10}; do
-            run $TUNE --gpu h200 --shape "$sh" -q --db /tmp/xent-exhaustive.db --exhaustive --top 3
+            run $TUNE --gpu "$GPU_KEY" --shape "$sh" -q --db /tmp/xent-exhaustive.db --exhaustive --top 3
         done ;;
     explore)
         # open performance questions (docs/performance.md): what the fused mean
@@ -86,9 +92,9 @@ for s in "$@"; do
         stage "explore"
         for red in none mean; do
             for sh in ${EXPLORE_SHAPES:-32768x4096 4096x32000 1048576x10 64x262144}; do
-                run $TUNE --gpu h200 --shape "$sh" --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
+                run $TUNE --gpu "$GPU_KEY" --shape "$sh" --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
             done
-            run $TUNE --gpu h200 --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
+            run $TUNE --gpu "$GPU_KEY" --shape 32768x4096 --dtype bf16 --reduction $red --budget 6 -q --top 3 --db /tmp/xent-explore.db
         done ;;
     profile)
         # hardware counters of xent's shipped plan (or PROFILE_TUNECACHE's) and
@@ -122,7 +128,7 @@ for s in "$@"; do
         # the shipped entries into the session cache, so that an export after a
         # sweep of some sets keeps the rest
         stage "import the shipped cache"
-        run $TUNE import tunecache/h200.sql ;;
+        import_shipped ;;
     sweep)
         # SWEEP_SETS: f32 (sweep-shapes.txt), bf16 or f16 (sweep-shapes-16bit.txt),
         # each optionally of another problem kind: DTYPE:KIND with KIND none, sum,
@@ -137,27 +143,27 @@ for s in "$@"; do
                 smoothing) flags=(--label-smoothing 0.1) ;; weights) flags=(--weights) ;;
                 *) echo "FAILED: unknown sweep kind '$kind'"; status=1; continue ;;
             esac
-            run $TUNE --gpu h200 --shapes-file $file --dtype "$dt" "${flags[@]}" --budget "${SWEEP_BUDGET:-6}" -q --top 1
+            run $TUNE --gpu "$GPU_KEY" --shapes-file $file --dtype "$dt" "${flags[@]}" --budget "${SWEEP_BUDGET:-6}" -q --top 1
         done ;;
     retune)
-        # shipped entries tuned again on an H200 (RETUNE: SHAPE:DTYPE:REDUCTION:BUDGET ...) in a
-        # copy of the shipped cache, exported to $OUT/h200.sql and put in tunecache/h200.sql,
+        # shipped entries of GPU_KEY tuned again on that GPU (RETUNE: SHAPE:DTYPE:REDUCTION:BUDGET ...)
+        # in a copy of the shipped cache, exported to $OUT/$GPU_KEY.sql and put in tunecache/$GPU_KEY.sql,
         # so that a later stage of the call (random, bench) looks up the retuned entries
         stage "retune ${RETUNE:?RETUNE names the entries, e.g. 1x2:bf16:mean:8}"
-        if ! nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200; then
-            echo "FAILED: retune writes the H200's cache: this is not an H200"; status=1; continue
+        if ! nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -qi "$GPU_KEY"; then
+            echo "FAILED: retune writes the $GPU_KEY cache: this GPU is not one"; status=1; continue
         fi
         db=/tmp/xent-retune.db
         rm -f "$db"
-        run $TUNE import tunecache/h200.sql --db "$db"
+        import_shipped --db "$db"
         for e in $RETUNE; do
             IFS=: read -r sh dt red budget <<< "$e"
-            run $TUNE --gpu h200 --db "$db" --shape "$sh" --dtype "$dt" --reduction "$red" --budget "$budget" -q --top 1
+            run $TUNE --gpu "$GPU_KEY" --db "$db" --shape "$sh" --dtype "$dt" --reduction "$red" --budget "$budget" -q --top 1
         done
-        run $TUNE export --gpu h200 --db "$db" --output "$OUT/h200.sql" && cp "$OUT/h200.sql" tunecache/h200.sql ;;
+        run $TUNE export --gpu "$GPU_KEY" --db "$db" --output "$OUT/$GPU_KEY.sql" && cp "$OUT/$GPU_KEY.sql" tunecache/$GPU_KEY.sql ;;
     export)
         stage "export"
-        run $TUNE export --gpu h200 --output "$OUT/h200.sql" ;;
+        run $TUNE export --gpu "$GPU_KEY" --output "$OUT/$GPU_KEY.sql" ;;
     copy)
         # the training floor: whether the device copy runs on the SMs, and how close
         # copy kernels come to it (bench/copy_floor.py; COPY_SHAPES, default its four)
@@ -199,19 +205,19 @@ for s in "$@"; do
         stage "tune the training ops"
         # from the shipped entries, so that export keeps the ones not retuned here
         # GRAD_EXHAUSTIVE=1 times every candidate (138-282 a shape) instead of a budget's share
-        run $TUNE import tunecache/h200.sql
+        import_shipped
         search=(--budget "${GRAD_BUDGET:-20}"); [ "${GRAD_EXHAUSTIVE:-0}" = 1 ] && search=(--exhaustive)
         for sh in ${GRAD_SHAPES:-32768x4096:f32 32768x4096:bf16 16384x50257:f32 8192x128256:bf16}; do
             for op in ${GRAD_OPS:-fused backward}; do
-                run $TUNE --gpu h200 --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op "${search[@]}" -q \
+                run $TUNE --gpu "$GPU_KEY" --shape "${sh%%:*}" --dtype "${sh##*:}" --op $op "${search[@]}" -q \
                     --top "${TUNE_TOP:-3}"
             done
         done ;;
     ship)
-        # tunecache/h200.sql from nothing, into a cache of its own (SHIP_DB), with
+        # tunecache/$GPU_KEY.sql from nothing, into a cache of its own (SHIP_DB), with
         # the budgets docs/cache.md gives each part: the sweeps (fp32, bf16 and f16
         # mean; fp32 and bf16 none), the benchmark shapes, the training entries; then
-        # the export ($OUT/h200.sql) and the heuristic's table derived from it
+        # the export ($OUT/$GPU_KEY.sql) and the heuristic's table derived from it
         # ($OUT/heuristic-table.c, for the markers in gen/heuristic.c). About 30
         # minutes on an H200, more than one call of the device tool, so it also runs
         # by parts: SHIP_PARTS names some of f32 bf16 f16 f32:none bf16:none bench
@@ -223,7 +229,7 @@ for s in "$@"; do
         stage "the shipped cache (${SHIP_PARTS:-all parts, from nothing})"
         db=${SHIP_DB:-/tmp/xent-ship.db}
         [ -n "${SHIP_PARTS:-}" ] || rm -f "$db"
-        ship() { run $TUNE --gpu h200 --db "$db" -q --top 1 "$@"; }
+        ship() { run $TUNE --gpu "$GPU_KEY" --db "$db" -q --top 1 "$@"; }
         # a sweep file's shapes, every SHIP_EVERY-th from SHIP_OFFSET (comments dropped)
         shapes() {
             local f; f=$(mktemp)
@@ -255,8 +261,8 @@ for s in "$@"; do
             *) echo "FAILED: unknown ship part '$part'"; status=1 ;;
             esac
         done
-        run $TUNE export --gpu h200 --db "$db" --output "$OUT/h200.sql"
-        run python3 tools/heuristic-table.py "$OUT/h200.sql" > "$OUT/heuristic-table.c"
+        run $TUNE export --gpu "$GPU_KEY" --db "$db" --output "$OUT/$GPU_KEY.sql"
+        run python3 tools/heuristic-table.py "$OUT/$GPU_KEY.sql" > "$OUT/heuristic-table.c"
         run cp "$db" "$OUT/ship.db" ;;
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
@@ -301,7 +307,7 @@ for s in "$@"; do
     bench)
         # xent through the shipped cache just exported, not the tuner's user cache
         stage "benchmark"
-        datadir=$OUT; [ -f "$OUT/h200.sql" ] || datadir=$PWD/tunecache
+        datadir=$OUT; [ -f "$OUT/$GPU_KEY.sql" ] || datadir=$PWD/tunecache
         XENT_TUNECACHE=/nonexistent XENT_DATADIR="$datadir" run python3 bench/bench.py --out "$OUT/bench" ;;
     random)
         # xent on problems drawn at random (bench/random_problems.py): the floor, the
@@ -322,7 +328,7 @@ for s in "$@"; do
         # each build of build/variants (tools/ab-build.sh), interleaved, AB_REPS
         # times. fp32 AB_SHAPES: xent-example's back-to-back time (200 calls on
         # the same inputs, so small problems partly hit the L2) on its heuristic
-        # plan, or with AB_PLANS=shipped the plan of tunecache/h200.sql. Any dtype:
+        # plan, or with AB_PLANS=shipped the plan of tunecache/$GPU_KEY.sql. Any dtype:
         # AB_CONFIGS, a file of "SHAPE DTYPE CONFIG... [-- XENT-TUNE FLAGS]" lines (the
         # flags name the problem's kind, e.g. -- --label-smoothing 0.1 --weights), each timed by the
         # variant's xent-tune --config (the tuner's protocol and reference check)
@@ -403,20 +409,20 @@ for s in "$@"; do
         stage "faults during a tune"
         fdb=$(mktemp -d)/tune.db
         run $TUNE --db "$fdb" --shape 512x1000 --budget 3 -q --top 1
-        before=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb" | grep -c "INSERT")
-        keep=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb" | grep ", 512, 1000, ")
+        before=$($TUNE export --gpu "${FAULT_GPU:-$GPU_KEY}" --db "$fdb" | grep -c "INSERT")
+        keep=$($TUNE export --gpu "${FAULT_GPU:-$GPU_KEY}" --db "$fdb" | grep ", 512, 1000, ")
         [ -n "$keep" ] || { echo "FAILED: no earlier winner for 512x1000"; status=1; }
         for t in 1 2 3 5 8; do
             $TUNE --db "$fdb" --shape "4096x$((32000 + t))" --budget 20 -q --top 1 > /dev/null 2>&1 &
             pid=$!; sleep "$t"; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-            now=$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb") || { echo "FAILED: export after a kill at ${t} s"; status=1; }
+            now=$($TUNE export --gpu "${FAULT_GPU:-$GPU_KEY}" --db "$fdb") || { echo "FAILED: export after a kill at ${t} s"; status=1; }
             grep -qxF "$keep" <<< "$now" || { echo "FAILED: the earlier winner changed after a kill at ${t} s"; status=1; }
             echo "killed at ${t} s: $($TUNE show --db "$fdb" | tail -1)"
         done
         ( trap '' XFSZ; ulimit -f 64; exec $TUNE --db "$fdb" --shape 2048x4096 --budget 3 -q --top 1 ) > "$OUT/full.txt" 2>&1
         rc=$?; cat "$OUT/full.txt"
         [ "$rc" = 4 ] && grep -q "winner was not stored" "$OUT/full.txt" || { echo "FAILED: full disk: exit $rc"; status=1; }
-        grep -qxF "$keep" <<< "$($TUNE export --gpu "${FAULT_GPU:-h200}" --db "$fdb")" || { echo "FAILED: the earlier winner changed on a full disk"; status=1; }
+        grep -qxF "$keep" <<< "$($TUNE export --gpu "${FAULT_GPU:-$GPU_KEY}" --db "$fdb")" || { echo "FAILED: the earlier winner changed on a full disk"; status=1; }
         echo "faults: $before winner(s) before, earlier winner kept through 5 kills and a full disk" ;;
     *) echo "unknown stage $s"; status=2 ;;
     esac
