@@ -200,6 +200,20 @@ def test_inplace_backward_refuses_saved_logits():
     _ops._cpp = None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_overlapping_rows_are_read_from_a_copy(dtype):
+    """Rows that share memory (stride(0) < C: one row expanded to N) are read from a copy, forward and
+    shard statistics alike, never past the tensor's storage: the losses of N copies of one row."""
+    x, t = _inputs(1, 5003, dtype, seed=6)
+    rows = x.expand(64, -1)
+    t = torch.randint(0, 5003, (64,), device=DEV)
+    loss = xent.cross_entropy(rows, t, reduction="none")
+    ref = F.cross_entropy(rows.double(), t, reduction="none")
+    _check_loss(loss, ref, dtype)
+    stats = xent.shard_stats(rows, t, 0, 5003)
+    torch.testing.assert_close(stats[0].double(), torch.logsumexp(rows.double(), 1), rtol=1e-5, atol=1e-5)
+
+
 def test_rescale_skips_ones():
     x, t = _inputs(128, 4096, torch.float32, seed=2)
     for red in ("mean", "none"):

@@ -288,6 +288,16 @@ def test_inplace_backward(emulate):
     assert y._version > 0  # y holds the gradient now
 
 
+def test_inplace_backward_refuses_overlapping_rows(emulate):
+    """Rows that share memory (an expanded tensor) cannot each hold their own gradient: a clear error,
+    before anything is written."""
+    x, t = _x(grad=True, seed=5)
+    rows = x[:1].expand(x.shape[0], -1)
+    with pytest.raises(ValueError, match="rows share memory"):
+        xent.cross_entropy(rows, t, inplace_backward=True)
+    assert x._version == 0
+
+
 def test_inplace_backward_refuses_saved_logits(emulate):
     """A node that saved the logits for its own backward would read the gradient written over them:
     the logits' version counter makes that backward raise instead."""

@@ -197,6 +197,14 @@ def _row_stride(x):
     return c if n == 1 or rs < c else rs
 
 
+def _overlapping(x):
+    """Whether x's rows share memory (stride(0) < C, an expanded tensor, say): the kernels take a row's C
+    logits from where the row starts, row_stride apart, so such rows are read from a copy and are never
+    written over."""
+    n, c = x.shape
+    return n > 1 and x.stride(0) < c
+
+
 def _key(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse, op,
          vocab=0, class_offset=0, shards=0, row_stride=None):
     n, c = x.shape
@@ -289,6 +297,8 @@ def _lse_or_empty(input, lse):
 
 def _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
     """(loss, lse), lse None unless write_lse: the eager paths allocate nothing they do not return."""
+    if _overlapping(input):
+        input = input.contiguous()
     n = input.shape[0]
     loss = input.new_empty(_loss_shape(n, reduction), dtype=torch.float32)
     lse = input.new_empty((n,), dtype=torch.float32) if write_lse else None
@@ -532,6 +542,10 @@ def _cross_entropy_rows(input, target, weight, ignore_index, reduction, label_sm
     """cross_entropy of [N, C] logits."""
     _check_inputs(input, target, weight, no_rows=True)
     _check_options(reduction, label_smoothing, z_loss, softcap, weight)
+    if inplace_backward and _overlapping(input):
+        raise ValueError("xent: inplace_backward writes the gradient over input, whose rows share memory "
+                         "(shape %s, strides %s); pass logits whose rows do not overlap, or leave "
+                         "inplace_backward off" % (tuple(input.shape), tuple(input.stride())))
     if input.shape[0] == 0:
         return _no_rows(input, reduction, label_smoothing, return_lse)
     red = _RED[reduction]
@@ -639,6 +653,8 @@ def _shard_stats_op(input: Tensor, target: Tensor, class_offset: int, vocab: int
     if _emulating(input):
         return _reference.shard_stats(input, target, class_offset, vocab, ignore_index, label_smoothing,
                                       softcap).float()
+    if _overlapping(input):
+        input = input.contiguous()
     stats = torch.empty((2, n), dtype=torch.float32, device=input.device)
     loss = torch.empty((), dtype=torch.float32, device=input.device)
     key = _key(input, target, None, ignore_index, 2, label_smoothing, 0.0, softcap, False, _capi.XENT_OP_FORWARD,
