@@ -97,3 +97,24 @@ def test_defines_give_back_a_problem_and_config(given, kind, config):
         assert got is None
     else:
         assert got == (tuple(kind), config)
+
+
+@needs_tune
+@pytest.mark.parametrize("key, imported", [(None, True), ("h100", False)])
+def test_gpu_session_imports_and_exports_its_key(tmp_path, key, imported):
+    """tools/gpu-session.sh's import and export stages act on GPU_KEY's cache (default h200): the
+    shipped h200 entries come back whole, and a key with no shipped file imports nothing, without
+    failing the stage."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"), XENT_TUNECACHE=str(tmp_path / "tune.db"),
+               XENT_KERNEL_CACHE=str(tmp_path / "kc"))
+    env.pop("GPU_KEY", None)
+    if key:
+        env["GPU_KEY"] = key
+    p = subprocess.run(["bash", "tools/gpu-session.sh", "import"] + (["export"] if imported else []), cwd=ROOT,
+                       env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("imported" in p.stdout) == imported
+    if imported:
+        shipped = [ln for ln in open(os.path.join(ROOT, "tunecache", "h200.sql")) if ln.startswith("INSERT")]
+        exported = [ln for ln in open(tmp_path / "out" / "h200.sql") if ln.startswith("INSERT")]
+        assert sorted(exported) == sorted(shipped)
