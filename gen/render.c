@@ -123,6 +123,7 @@ char *xent_render_defines(const xent_config *cfg, const xent_problem *p) {
             p->label_smoothing > 0.0f ? 1 : 0, p->write_lse ? 1 : 0);
     if (p->c <= FIXED_C_MAX && !grad) fprintf(f, "#define XENT_C %d\n", (int)p->c);
     if (!grad && xent_fwd_one_block(cfg, p)) fprintf(f, "#define XENT_ONE_BLOCK 1\n");
+    if (!grad && xent_fwd_edges_once(cfg, p)) fprintf(f, "#define XENT_EDGES_ONCE 1\n");
     if (!grad && xent_fwd_finish_apart(cfg, p)) fprintf(f, "#define XENT_FINISH_APART 1\n");
     if (fclose(f)) {
         free(buf);

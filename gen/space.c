@@ -365,6 +365,13 @@ int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p) {
            xent_fwd_groups(cfg, p) == 1;
 }
 
+/* Only the online pass of team rows reads edges (PASSES=1, not staged tiles): for every
+ * other kernel the define would change nothing but its key in the kernel cache. */
+int xent_fwd_edges_once(const xent_config *cfg, const xent_problem *p) {
+    return xent_fwd_one_block(cfg, p) && cfg->passes == 1 && !cfg->tile && cfg->vec > 1 &&
+           (p->c % cfg->vec || xent_row_stride(p) % cfg->vec);
+}
+
 /* Bytes of logits from which a sum or mean of whole rows is finished apart:
  * its rows' kernel sheds the last block's pass and its registers. On the
  * H100 that made mean plans of 42 MB to 1.6 GB up to 22% faster at PERSIST=0

@@ -122,6 +122,10 @@ long long xent_fwd_groups(const xent_config *cfg, const xent_problem *p);
 /* Nonzero when cfg's forward launch over p is one block that finishes a sum
  * or mean of whole rows: its kernel is compiled for that (XENT_ONE_BLOCK). */
 int xent_fwd_one_block(const xent_config *cfg, const xent_problem *p);
+/* Nonzero when that one block's online pass (PASSES=1, TILE=0) reads rows with scalar edges
+ * wherever the logits start (c or the row stride not a multiple of the vector): its kernel
+ * loads them once (XENT_EDGES_ONCE). */
+int xent_fwd_edges_once(const xent_config *cfg, const xent_problem *p);
 /* Whether p's sum or mean is summed from its blocks' partials by xent_fwd_finish,
  * a kernel launched after the rows' (XENT_FINISH_APART), rather than by their last block. */
 int xent_fwd_finish_apart(const xent_config *cfg, const xent_problem *p);

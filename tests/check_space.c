@@ -483,43 +483,60 @@ END_TEST
 #undef ONE_PASS
 
 /* XENT_ONE_BLOCK is rendered exactly for a sum or mean of whole rows whose
- * teams take them all in one block: as many rows as teams, whatever PERSIST. */
+ * teams take them all in one block: as many rows as teams, whatever PERSIST;
+ * XENT_EDGES_ONCE for those of the online pass whose c or row stride is not a
+ * multiple of VEC. */
 START_TEST(one_block_define_follows_the_launch) {
     static const struct {
         const char *cfg;
-        long long n;
+        long long n, c, stride;
         xent_reduction red;
-        int grad, one;
+        int grad, one, edges;
     } cases[] = {
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, XENT_REDUCE_MEAN, 0,
-         1}, /* 4 teams, 4 rows */
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 5, XENT_REDUCE_MEAN, 0,
-         0}, /* a fifth row: 2 blocks */
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", 1, XENT_REDUCE_SUM, 0, 1},
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, XENT_REDUCE_NONE, 0,
-         0}, /* no finish */
-        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, XENT_REDUCE_MEAN, 0,
-         1}, /* a block a row */
-        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, XENT_REDUCE_MEAN, 0, 0},
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 1, XENT_REDUCE_MEAN, 0,
-         0}, /* split rows finish apart */
-        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 128, XENT_REDUCE_MEAN, 0, 1},
-        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 129, XENT_REDUCE_MEAN, 0, 0},
-        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, XENT_REDUCE_MEAN, 1,
-         0}, /* the training kernels */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1000, 0, XENT_REDUCE_MEAN, 0,
+         1, 0}, /* 4 teams, 4 rows */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1001, 0, XENT_REDUCE_MEAN, 0,
+         1, 1}, /* rows end off a vector */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1000, 1002, XENT_REDUCE_SUM,
+         0, 1, 1}, /* rows start off one */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 5, 1001, 0, XENT_REDUCE_MEAN, 0,
+         0, 0}, /* a fifth row: 2 blocks */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=3", 1, 1000, 0, XENT_REDUCE_SUM, 0, 1,
+         0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1001, 0, XENT_REDUCE_NONE, 0,
+         0, 0}, /* no finish */
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 1, 1000, 0, XENT_REDUCE_MEAN, 0,
+         1, 0}, /* a block a row */
+        {"VEC=4 TPR=128 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, 1000, 0, XENT_REDUCE_MEAN, 0,
+         0, 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=2 PERSIST=0", 1, 1001, 0, XENT_REDUCE_MEAN, 0,
+         0, 0}, /* split rows finish apart */
+        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 128, 1001, 0, XENT_REDUCE_MEAN, 0,
+         1, 0}, /* staged tiles: no online pass */
+        {"VEC=1 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 129, 1000, 0, XENT_REDUCE_MEAN, 0,
+         0, 0},
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=2 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1001, 0, XENT_REDUCE_MEAN, 0,
+         1, 0}, /* max then sum: no online pass */
+        {"VEC=1 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", 4, 1001, 0, XENT_REDUCE_MEAN, 0,
+         1, 0}, /* scalar loads have no edges */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=8 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0", 2, 1001, 0, XENT_REDUCE_MEAN, 1,
+         0, 0}, /* the training kernels */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         xent_config c;
         char why[200];
         ck_assert_msg(xent_config_parse(cases[i].cfg, &c, why, sizeof why) == XENT_OK, "%s: %s", cases[i].cfg, why);
         xent_problem p;
-        xent_problem_init(&p, cases[i].n, 1000);
+        xent_problem_init(&p, cases[i].n, cases[i].c);
+        p.row_stride = cases[i].stride;
         p.reduction = cases[i].red;
         if (cases[i].grad) p.op = XENT_OP_FUSED;
         ck_assert_int_eq(!!xent_fwd_one_block(&c, &p), cases[i].one);
+        ck_assert_int_eq(!!xent_fwd_edges_once(&c, &p), cases[i].edges);
         char *d = xent_render_defines(&c, &p);
         ck_assert_ptr_nonnull(d);
         ck_assert_msg(!strstr(d, "#define XENT_ONE_BLOCK 1\n") == !cases[i].one, "case %zu: %s", i, d);
+        ck_assert_msg(!strstr(d, "#define XENT_EDGES_ONCE 1\n") == !cases[i].edges, "case %zu: %s", i, d);
         free(d);
         if (!cases[i].grad && c.split == 1) { /* one group is one block, and more are more */
             const long long groups = xent_fwd_groups(&c, &p);

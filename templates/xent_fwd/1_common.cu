@@ -42,6 +42,8 @@
  *   XENT_ONE_BLOCK 1 for a sum or mean of whole rows whose launch is one block (gen/render.c):
  *                that block writes the loss from its own sums (finish_reduction). The grid
  *                must be one block
+ *   XENT_EDGES_ONCE 1 for such a kernel whose rows have scalar edges wherever the logits start
+ *                (xent_fwd_edges_once, gen/space.c): a lane loads its edges once (scalars_once)
  *   XENT_FINISH_APART 1 for a sum or mean of whole rows of 32 MB of logits or more, not one
  *                block (xent_fwd_finish_apart, gen/space.c): xent_fwd_finish, launched after
  *                the grid, sums the block partials
@@ -89,6 +91,9 @@
 #endif
 #ifndef XENT_ONE_BLOCK
 #define XENT_ONE_BLOCK 0
+#endif
+#ifndef XENT_EDGES_ONCE
+#define XENT_EDGES_ONCE 0
 #endif
 #ifndef XENT_FINISH_APART
 #define XENT_FINISH_APART 0

@@ -256,6 +256,44 @@ __device__ __forceinline__ void scalars_sum(acc &a, const row_layout &l, int c, 
     for (int j = l.head + l.nv * XENT_VEC + lane; j < c; j += XENT_TPR) scalar_sum(a, l, j, t, w);
 }
 
+/* The online pass's scalar edges (fewer than a vector at each end of the row): a lane loads its
+ * edges once into registers for both their max and their sum, one round trip before the row's
+ * first chunk instead of one for each. The same terms in the same order as scalars_max then
+ * scalars_sum, so the result is the same bit for bit. Only a one-block launch whose rows have
+ * edges takes it (XENT_EDGES_ONCE): there the round trip is most of the kernel's time, where the
+ * registers and code it adds made other kernels slower, aligned one-block rows included, whose
+ * edges never run (rows of 10 and 1000 16-bit classes, 4096x50257 fp32). */
+#if XENT_EDGES_ONCE
+#define EDGE_ITEMS (XENT_VEC > 1 ? (XENT_VEC - 1 + XENT_TPR - 1) / XENT_TPR : 1)
+__device__ __forceinline__ void scalars_once(acc &a, const row_layout &l, int c, int lane, int t,
+                                             const float *__restrict__ w) {
+    const int tail = l.head + l.nv * XENT_VEC;
+    float x[2][EDGE_ITEMS];
+    float m = neg_inf();
+#pragma unroll
+    for (int i = 0; i < EDGE_ITEMS; i++) {
+        const int jh = lane + i * XENT_TPR, jt = tail + lane + i * XENT_TPR;
+        x[0][i] = jh < l.head ? load_scalar(l.p, jh) : neg_inf();
+        x[1][i] = jt < c ? load_scalar(l.p, jt) : neg_inf();
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int i = 0; i < EDGE_ITEMS; i++) m = fmaxf(m, x[e][i]);
+    a.m = m;
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int i = 0; i < EDGE_ITEMS; i++) {
+            const int j = (e ? tail : 0) + lane + i * XENT_TPR;
+            if (j < (e ? c : l.head)) {
+                a.s += exp_shifted(x[e][i], safe_max(a.m));
+                acc_side(a, x[e][i], j, t, w);
+            }
+        }
+}
+#endif
+
 /* One loaded chunk into the online state: rescale the sum to the new max, add. */
 __device__ __forceinline__ void online_chunk(acc &a, const unsigned (&r)[XENT_ITEMS][VWORDS],
                                              const row_layout &l, int vb, int v1, int lane, int t,
@@ -278,10 +316,14 @@ __device__ __forceinline__ acc segment(const row_layout &l, int v0, int v1, bool
 #if XENT_PASSES == 1
     (void)one_chunk;
     (void)whole;
+#if XENT_EDGES_ONCE
+    if (scalars) scalars_once(a, l, c, lane, t, w);
+#else
     if (scalars) {
         a.m = scalars_max(l, c, lane);
         scalars_sum(a, l, c, lane, t, w);
     }
+#endif
     for (int vb = v0; vb < v1; vb += CHUNK) {
         load_chunk(l, vb, v1, lane, r);
         online_chunk(a, r, l, vb, v1, lane, t, w);

@@ -571,8 +571,8 @@ static void reduction_spec(spec *sp, xent_problem *p, xent_config *cfg, const ch
 /* A sum or mean whose launch is one block (XENT_ONE_BLOCK: the block writes
  * the loss from its own sums) and the same config one row past it (two
  * blocks: the published partials): warp teams, a block a row, a thread a row
- * over staged tiles; each dtype, options, ignored rows, a caller's workspace
- * (left zeroed), relaunches bitwise equal. */
+ * over staged tiles, rows with scalar edges; each dtype, options, ignored rows,
+ * a caller's workspace (left zeroed), relaunches bitwise equal. */
 START_TEST(test_one_block) {
     static const struct {
         const char *cfg;
@@ -582,6 +582,9 @@ START_TEST(test_one_block) {
         {"VEC=2 TPR=8 BLOCK=256 ITEMS=2 PASSES=2 CACHE=1 SPLIT=1 PERSIST=0", 32, 77},
         {"VEC=4 TPR=128 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 SPLIT=1 PERSIST=3", 1, 5000},
         {"VEC=2 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=0", 128, 7},
+        /* rows that start and end off a vector: their edges loaded once (XENT_EDGES_ONCE) */
+        {"VEC=4 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 SPLIT=1 PERSIST=1", 4, 301},
+        {"VEC=2 TPR=2 BLOCK=128 ITEMS=4 PASSES=1 CACHE=2 SPLIT=1 PERSIST=1", 64, 11},
     };
     int ok = 0, total = 0;
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
@@ -592,6 +595,7 @@ START_TEST(test_one_block) {
                 xent_config cfg;
                 reduction_spec(&sp, &p, &cfg, "one block", plans[i].cfg, plans[i].rows + extra, plans[i].c, k, (int)i);
                 ck_assert_int_eq(xent_fwd_one_block(&cfg, &p), !extra);
+                ck_assert_int_eq(xent_fwd_edges_once(&cfg, &p), !extra && cfg.passes == 1 && p.c % cfg.vec != 0);
                 ok += run_check(&sp);
                 total++;
             }
