@@ -62,14 +62,17 @@ __device__ __forceinline__ float grad_at_target(const rowg &r, const gargs &k) {
  * its team's barrier and keeps lane 0's load. */
 #define TARGET_IN_CHUNK (!ROW_PASS)
 
+/* The target's gradient from its logit xt, loaded by the lane that holds it. */
+__device__ __forceinline__ float target_grad(const rowg &r, const gargs &k, float xt) {
+    rowg rt = r;
+    rt.xt = xt;
+    return grad_at_target(rt, k);
+}
+
 /* Element col's gradient from its logit x, the target's too where TARGET_IN_CHUNK. */
 __device__ __forceinline__ float elem_grad(float x, int col, const rowg &r, const gargs &k, bool on_fma = false) {
 #if TARGET_IN_CHUNK
-    if (col == r.t) {
-        rowg rt = r;
-        rt.xt = x;
-        return grad_at_target(rt, k);
-    }
+    if (col == r.t) return target_grad(r, k, x);
 #endif
     return grad_of(x, col, r, k, on_fma);
 }
@@ -104,7 +107,7 @@ __device__ __forceinline__ void store_item_grad(const chunk &ch, int i, unsigned
 
 /* Whether this lane's items of the chunk at vb hold the target's element. That lane loads the
  * target's logit itself before its items' stores, which keep their order with its own load of
- * that address; the item's vector store writes grad_of's value there and store_target_grad then
+ * that address; the item's vector store writes grad_of's value there and the chunk's last store then
  * rewrites it, so that the items' stores test nothing an element. */
 __device__ __forceinline__ bool target_in_items(const slice &l, int vb, int lane, const rowg &r) {
     const int tv = (int)(r.t - l.head); /* the target's place in the slice's aligned vectors */
@@ -113,22 +116,13 @@ __device__ __forceinline__ bool target_in_items(const slice &l, int vb, int lane
     return d >= 0 && d < lane_items(l, vb, lane) && d < XENT_ITEMS * XENT_TPR && d % XENT_TPR == 0;
 }
 
-/* The target's gradient from its logit xt, over the value its item's vector store wrote. */
-__device__ __forceinline__ void store_target_grad(const slice &l, const rowg &r, const gargs &k, float xt) {
-    rowg rt = r;
-    rt.xt = xt;
-    store_scalar(l.g, r.t, grad_at_target(rt, k));
-}
-
 /* The gradient of a lane's share of the chunk at vb. */
 __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l, int vb, int lane, const rowg &r,
                                                  const gargs &k, bool active) {
     unsigned char *p = l.g + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
-#if TARGET_IN_CHUNK
-    const bool holds_t = active && target_in_items(l, vb, lane, r);
+    const bool holds_t = TARGET_IN_CHUNK && active && target_in_items(l, vb, lane, r);
     const float xt = holds_t ? load_scalar(l.x, r.t) : 0.0f;
-#endif
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
@@ -138,21 +132,19 @@ __device__ __forceinline__ void store_chunk_grad(const chunk &ch, const slice &l
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
         if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
-#if TARGET_IN_CHUNK
-    if (holds_t) store_target_grad(l, r, k, xt);
-#endif
+    if (holds_t) store_scalar(l.g, r.t, target_grad(r, k, xt));
 }
 
 /* As store_chunk_grad, each item's registers then taking the next row's item
- * (handoff h, PREFETCH=2) once its gradient is stored. */
+ * (handoff h, PREFETCH=2) once its gradient is stored. The two repeat their
+ * target and edge lines: one function with an optional handoff, or those lines
+ * in a function of their own, compiled the kernels to other instructions. */
 __device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice &l, int vb, int lane, const rowg &r,
                                                          const gargs &k, bool active, const handoff &h) {
     unsigned char *p = l.g + lane_offset(l, vb, lane);
     const int rem = lane_items(l, vb, lane);
-#if TARGET_IN_CHUNK
-    const bool holds_t = active && target_in_items(l, vb, lane, r);
+    const bool holds_t = TARGET_IN_CHUNK && active && target_in_items(l, vb, lane, r);
     const float xt = holds_t ? load_scalar(l.x, r.t) : 0.0f;
-#endif
 #pragma unroll
     for (int i = 0; i < XENT_ITEMS; i++) {
         int v = vb + i * XENT_TPR + lane;
@@ -162,9 +154,7 @@ __device__ __forceinline__ void store_chunk_grad_handoff(chunk &ch, const slice 
 #pragma unroll
     for (int q = 0; q < EDGES; q++)
         if (active && ch.ej[q] >= 0) store_scalar(l.g, ch.ej[q], elem_grad(ch.e[q], ch.ej[q], r, k));
-#if TARGET_IN_CHUNK
-    if (holds_t) store_target_grad(l, r, k, xt);
-#endif
+    if (holds_t) store_scalar(l.g, r.t, target_grad(r, k, xt));
     if (h.on) load_edges(ch, h.l, lane, h.edges);
 }
 
