@@ -118,3 +118,19 @@ def test_gpu_session_imports_and_exports_its_key(tmp_path, key, imported):
         shipped = [ln for ln in open(os.path.join(ROOT, "tunecache", "h200.sql")) if ln.startswith("INSERT")]
         exported = [ln for ln in open(tmp_path / "out" / "h200.sql") if ln.startswith("INSERT")]
         assert sorted(exported) == sorted(shipped)
+
+
+@needs_tune
+def test_gpu_session_ship_returns_its_cache_after_each_part(tmp_path):
+    """The ship stage copies its cache to $OUT/ship.db after each part, so that a call cut off by
+    its limit returns the parts it finished; an unknown part is reported and fails the stage."""
+    db = tmp_path / "ship.db"
+    subprocess.run([TUNE, "import", os.path.join(ROOT, "tunecache", "h200.sql"), "--db", str(db)], check=True,
+                   capture_output=True)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), SHIP_DB=str(db), SHIP_PARTS="no-such-part",
+               XENT_TUNECACHE=str(tmp_path / "tune.db"), XENT_KERNEL_CACHE=str(tmp_path / "kc"))
+    env.pop("GPU_KEY", None)
+    p = subprocess.run(["bash", "tools/gpu-session.sh", "ship"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "FAILED: unknown ship part 'no-such-part'" in p.stdout
+    assert (tmp_path / "out" / "ship.db").read_bytes() == db.read_bytes()

@@ -222,7 +222,7 @@ for s in "$@"; do
         # minutes on an H200, more than one call of the device tool, so it also runs
         # by parts: SHIP_PARTS names some of f32 bf16 f16 f32:none bf16:none bench
         # train and adds them to SHIP_DB as it is (all parts start it from nothing);
-        # the cache is copied to $OUT/ship.db, to carry into the next call's SHIP_DB.
+        # the cache is copied to $OUT/ship.db after each part, to carry into the next call's SHIP_DB.
         # SHIP_BUDGET replaces the sweeps' budgets (a large one, e.g. 600, times every
         # variant: no stage left unreached); SHIP_EVERY=k with SHIP_OFFSET=0..k-1 takes
         # every k-th shape of the sweeps' files, so that a part fits a call
@@ -260,10 +260,11 @@ for s in "$@"; do
                 done ;;
             *) echo "FAILED: unknown ship part '$part'"; status=1 ;;
             esac
+            # after each part, so that a call cut off by its limit still returns the parts it finished
+            run cp "$db" "$OUT/ship.db"
         done
         run $TUNE export --gpu "$GPU_KEY" --db "$db" --output "$OUT/$GPU_KEY.sql"
-        run python3 tools/heuristic-table.py "$OUT/$GPU_KEY.sql" > "$OUT/heuristic-table.c"
-        run cp "$db" "$OUT/ship.db" ;;
+        run python3 tools/heuristic-table.py "$OUT/$GPU_KEY.sql" > "$OUT/heuristic-table.c" ;;
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
         # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh)
