@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +38,25 @@ typedef struct mem_entry {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mem_head;
 
+/* The hash of a family's template text, which is the build's own, so hashed once: at every key
+ * it took a third of a pass over a space whose kernels are all on disk. Two threads may both
+ * hash it first; they store the same value. */
+static uint64_t template_text_hash(xent_family f) {
+    static _Atomic uint64_t memo[2];
+    uint64_t h = atomic_load_explicit(&memo[f], memory_order_relaxed);
+    if (!h) {
+        const char *tpl = xent_family_source(f);
+        h = xent_text_hash(tpl, strlen(tpl));
+        atomic_store_explicit(&memo[f], h, memory_order_relaxed);
+    }
+    return h;
+}
+
 static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     char *defines = xent_render_defines(cfg, p);
     if (!defines) return NULL;
     char *key = NULL;
-    const char *tpl = xent_family_source(xent_problem_family(p));
-    uint64_t th = xent_text_hash(tpl, strlen(tpl));
+    uint64_t th = template_text_hash(xent_problem_family(p));
     if (asprintf(&key, "%stemplate=%016llx arch=sm_%d nvrtc=%d\n", defines, (unsigned long long)th, arch,
                  xent_nvrtc_version()) < 0)
         key = NULL;
