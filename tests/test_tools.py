@@ -61,6 +61,7 @@ def test_a_folder_is_made_again_kernel_for_kernel(tmp_path):
     want = defines(old)
     assert len(want) == len(KINDS)
     assert any("#define XENT_ONE_BLOCK 1\n" in d for d in want)  # 2 rows, 4 teams a block
+    assert any("#define XENT_EDGES_ONCE 1\n" in d for d in want)  # rows of 500 f16 classes end off 8
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "recompile-kernels.py"), str(old), str(new),
                         "--tune", TUNE], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -80,6 +81,11 @@ def test_a_folder_is_made_again_kernel_for_kernel(tmp_path):
      ["--shape", "1x77", "--dtype", "f16", "--targets", "i32", "--reduction", "sum", "--weights",
       "--label-smoothing", "0.1", "--lse"],
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 PASSES=2 CACHE=1 TILE=0 SPLIT=1 PERSIST=0 POLY=0"),
+    ({"VEC": 8, "TPR": 32, "BLOCK": 128, "ITEMS": 2, "PASSES": 1, "CACHE": 0, "TILE": 0, "POLY": 0, "SEGMENTED": 0,
+      "LOGIT": 1, "TARGET": 1, "REDUCTION": 2, "WEIGHTS": 0, "SMOOTHING": 0, "LSE": 0, "ONE_BLOCK": 1,
+      "EDGES_ONCE": 1},
+     ["--shape", "1x4096", "--dtype", "f16", "--targets", "i64", "--reduction", "mean", "--row-stride", "4097"],
+     "VEC=8 TPR=32 BLOCK=128 ITEMS=2 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 POLY=0"),
     ({"VEC": 4, "TPR": 512, "BLOCK": 512, "ITEMS": 16, "CACHE": 0, "SPLIT": 1, "PREFETCH": 2, "POLY": 0, "EVICT": 0,
       "STASH": 1, "FLAT": 0, "MODE": 1, "ZLOSS": 1, "SOFTCAP": 0, "SHARD": 0, "LOGIT": 0, "TARGET": 1, "REDUCTION": 2,
       "WEIGHTS": 0, "SMOOTHING": 0, "LSE": 0},

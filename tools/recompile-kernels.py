@@ -8,7 +8,7 @@ machine. No GPU needed.
 
 Each kernel's key names its defines; they give back a config and a problem of the same kind (the
 problem's n, its stride and the launch knobs are not compiled in, so any that render the same defines
-will do). Kernels are compiled by `xent-tune --compile-only`, 64 configs of a kind a call, and the new
+will do: a one-block kernel that loads its rows' edges once gets a stride off the vector). Kernels are compiled by `xent-tune --compile-only`, 64 configs of a kind a call, and the new
 folder's defines are checked against the old one's: the script says which it could not make again.
 """
 import argparse
@@ -44,6 +44,8 @@ def kind_and_config(d):
     kind += ["--weights"] if d.get("WEIGHTS") else []
     kind += ["--label-smoothing", "0.1"] if d.get("SMOOTHING") else []
     kind += ["--lse"] if d.get("LSE") else []
+    # rows off a vector, where a kernel loads their edges once: by a stride off one when c is on one
+    kind += ["--row-stride", str(c + 1)] if d.get("EDGES_ONCE") and c % d["VEC"] == 0 else []
     if grad:
         kind += ["--op", OPS[d["MODE"]]]
         kind += ["--z-loss", "0.001"] if d.get("ZLOSS") else []
