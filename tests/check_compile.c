@@ -438,6 +438,44 @@ START_TEST(kernel_cache_memory_and_disk) {
 }
 END_TEST
 
+/* Candidates that differ only in launch knobs share a kernel, which xent_compile_many compiles
+ * once however its threads meet them: the first candidate of each kernel compiles it, and the
+ * others find it in memory, the same CUBIN. */
+START_TEST(compile_many_compiles_a_kernel_once) {
+    char dir[] = "/tmp/xent_kc_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("XENT_KERNEL_CACHE", dir, 1);
+    xent_problem p;
+    xent_problem_init(&p, 100, 335);
+    static const struct {
+        int items, persist, compiled; /* compiled: the first of its kernel */
+    } cands[] = {{4, 0, 1}, {4, 1, 0}, {2, 0, 1}, {4, 3, 0}, {2, 1, 0}, {4, 1, 0}};
+    enum { N = sizeof cands / sizeof cands[0] };
+    xent_config cfgs[N];
+    int status[N];
+    xent_cubin bins[N];
+    char errs[N][512];
+    for (int i = 0; i < N; i++) {
+        cfgs[i] = small_cfg;
+        cfgs[i].items = cands[i].items;
+        cfgs[i].persist = cands[i].persist;
+    }
+    xent_compile_many(cfgs, N, &p, 1, ARCH, 4, status, bins, errs);
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(status[i] == XENT_OK, "candidate %d: %s", i, errs[i]);
+        ck_assert_msg((bins[i].from_cache == 0) == cands[i].compiled, "candidate %d: from_cache %d", i,
+                      bins[i].from_cache);
+        const int first = cands[i].items == 4 ? 0 : 2;
+        ck_assert_uint_eq(bins[i].size, bins[first].size);
+        ck_assert_mem_eq(bins[i].data, bins[first].data, bins[i].size);
+    }
+    for (int i = 0; i < N; i++) xent_cubin_free(&bins[i]);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(kernel_cache_rejects_a_tampered_entry) {
     char dir[] = "/tmp/xent_kc_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -589,6 +627,7 @@ int main(void) {
     TCase *kc = tcase_create("kcache");
     tcase_set_timeout(kc, 300);
     tcase_add_test(kc, kernel_cache_memory_and_disk);
+    tcase_add_test(kc, compile_many_compiles_a_kernel_once);
     tcase_add_test(kc, kernel_cache_rejects_a_tampered_entry);
     tcase_add_loop_test(kc, kernel_cache_recompiles_a_damaged_entry, 0, (int)(sizeof damages / sizeof damages[0]));
     tcase_add_test(kc, kernel_cache_can_be_off);

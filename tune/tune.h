@@ -74,7 +74,8 @@ double xent_problem_bytes(const xent_problem *p);
 
 /* Compile candidates in parallel through the kernel cache (no GPU needed),
  * each for probs[0] (nprobs 1) or for its own probs[i] (nprobs n), on
- * `threads` threads (< 1: the online CPUs; tune_parallel).
+ * `threads` threads (< 1: the online CPUs; tune_parallel). Candidates that share a kernel
+ * (launch knobs apart) compile it once: the first of each, then the others from the cache.
  * status[i] gets XENT_OK or the failure; reports land in bins (may be NULL). */
 void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
                        int *status, xent_cubin *bins, char (*errs)[512]);

@@ -54,14 +54,16 @@ typedef struct compile_job {
     const xent_config *cfgs;
     const xent_problem *probs;
     int nprobs, arch;
+    const int *order; /* the candidates to compile, by index */
     int *status;
     xent_cubin *bins;
     char (*errs)[512];
 } compile_job;
 
-static void compile_one(void *arg, int64_t i, int thread) {
+static void compile_one(void *arg, int64_t k, int thread) {
     (void)thread;
     compile_job *job = arg;
+    const int i = job->order[k];
     xent_cubin bin;
     char err[512];
     const xent_problem *p = &job->probs[job->nprobs == 1 ? 0 : i];
@@ -73,10 +75,64 @@ static void compile_one(void *arg, int64_t i, int thread) {
         xent_cubin_free(&bin);
 }
 
+typedef struct kernel_of {
+    uint64_t hash; /* of the candidate's rendered defines and family */
+    int index;
+} kernel_of;
+
+static int cmp_kernel_of(const void *a, const void *b) {
+    const kernel_of *x = a, *y = b;
+    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The candidates in an order that puts the first of each kernel before all the others (candidates
+ * that differ only in launch knobs, PERSIST or a SPLIT > 1, share one); returns how many are
+ * first, or -1 without memory. Hashes that collide only make a kernel wait for the second pass. */
+static int firsts_first(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int *order) {
+    kernel_of *k = malloc((size_t)(n > 0 ? n : 1) * sizeof *k);
+    if (!k) return -1;
+    for (int i = 0; i < n; i++) {
+        const xent_problem *p = &probs[nprobs == 1 ? 0 : i];
+        char *d = xent_render_defines(&cfgs[i], p);
+        k[i].hash = d ? xent_text_hash(d, strlen(d)) ^ (uint64_t)xent_problem_family(p) : (uint64_t)i;
+        k[i].index = i;
+        free(d);
+    }
+    qsort(k, (size_t)n, sizeof *k, cmp_kernel_of);
+    int firsts = 0, rest = n;
+    for (int j = 0; j < n; j++) {
+        if (j == 0 || k[j].hash != k[j - 1].hash) order[firsts++] = k[j].index;
+        else order[--rest] = k[j].index;
+    }
+    free(k);
+    return firsts;
+}
+
+/* Each kernel is compiled once: its first candidate on the threads, then the others, which find it
+ * in the kernel cache. Compiled in one pass, threads would take a kernel's candidates side by side
+ * and each compile it (two threads compiled a space in the time one did, at twice the CPU time). */
 void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch, int threads,
                        int *status, xent_cubin *bins, char (*errs)[512]) {
-    compile_job job = {cfgs, probs, nprobs, arch, status, bins, errs};
-    tune_parallel(n, threads, compile_one, &job);
+    int *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    if (!order) {
+        for (int i = 0; i < n; i++) {
+            status[i] = XENT_ENOMEM;
+            if (errs) snprintf(errs[i], sizeof errs[i], "out of memory");
+            if (bins) memset(&bins[i], 0, sizeof bins[i]);
+        }
+        return;
+    }
+    int firsts = firsts_first(cfgs, n, probs, nprobs, order);
+    if (firsts < 0) { /* no memory to sort them: one pass as given */
+        for (int i = 0; i < n; i++) order[i] = i;
+        firsts = n;
+    }
+    compile_job job = {cfgs, probs, nprobs, arch, order, status, bins, errs};
+    tune_parallel(firsts, threads, compile_one, &job);
+    job.order = order + firsts;
+    tune_parallel(n - firsts, threads, compile_one, &job);
+    free(order);
 }
 
 /* ---- timing ---- */
