@@ -42,7 +42,7 @@ static mem_entry *mem_head;
  * it took a third of a pass over a space whose kernels are all on disk. Two threads may both
  * hash it first; they store the same value. */
 static uint64_t template_text_hash(xent_family f) {
-    static _Atomic uint64_t memo[2];
+    static _Atomic uint64_t memo[XENT_FAMILY_GRAD + 1];
     uint64_t h = atomic_load_explicit(&memo[f], memory_order_relaxed);
     if (!h) {
         const char *tpl = xent_family_source(f);

@@ -298,6 +298,26 @@ def test_inplace_backward_refuses_overlapping_rows(emulate):
     assert x._version == 0
 
 
+@pytest.mark.parametrize("shape, strides, overlapping", [
+    ((4, 8), (0, 1), True),    # an expanded row
+    ((4, 8), (3, 1), True),    # rows 3 apart over 8 classes
+    ((4, 8), (8, 1), False),
+    ((4, 8), (11, 1), False),  # padded rows
+    ((1, 8), (0, 1), False),   # one row shares with nothing
+])
+def test_rows_that_share_memory_never_reach_a_key(shape, strides, overlapping):
+    """Rows that share memory are read from a copy of their own rows (_apart), and a plan's key refuses
+    them rather than taking them for rows C apart."""
+    x = torch.arange(64, dtype=torch.float32).as_strided(shape, strides)
+    assert xent._ops._overlapping(x) == overlapping
+    y = xent._ops._apart(x)
+    assert torch.equal(y, x) and (y.data_ptr() != x.data_ptr()) == overlapping
+    if overlapping:
+        with pytest.raises(ValueError, match="share memory"):
+            xent._ops._row_stride(x)
+    assert xent._ops._row_stride(y) == (shape[1] if shape[0] == 1 else y.stride(0))
+
+
 def test_inplace_backward_refuses_saved_logits(emulate):
     """A node that saved the logits for its own backward would read the gradient written over them:
     the logits' version counter makes that backward raise instead."""

@@ -191,18 +191,27 @@ def _launch(device, key, logits=None, targets=None, weights=None, loss=None, lse
         xe._check(rc, "xent_plan_launch")
 
 
-def _row_stride(x):
-    n, c = x.shape
-    rs = x.stride(0)
-    return c if n == 1 or rs < c else rs
-
-
 def _overlapping(x):
     """Whether x's rows share memory (stride(0) < C, an expanded tensor, say): the kernels take a row's C
-    logits from where the row starts, row_stride apart, so such rows are read from a copy and are never
-    written over."""
+    logits from where the row starts, row_stride apart, so such rows are read from a copy (_apart) and are
+    never written over."""
     n, c = x.shape
     return n > 1 and x.stride(0) < c
+
+
+def _apart(x):
+    """x, or a copy of it where its rows share memory."""
+    return x.contiguous() if _overlapping(x) else x
+
+
+def _row_stride(x):
+    """The row stride of x's rows as a kernel takes it (C for a single row). Rows that share memory never
+    reach a kernel: they are copied (_apart) or refused first."""
+    if _overlapping(x):
+        raise ValueError("xent: rows that share memory (shape %s, strides %s) reached a plan's key"
+                         % (tuple(x.shape), tuple(x.stride())))
+    n, c = x.shape
+    return c if n == 1 else x.stride(0)
 
 
 def _key(x, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse, op,
@@ -297,8 +306,7 @@ def _lse_or_empty(input, lse):
 
 def _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
     """(loss, lse), lse None unless write_lse: the eager paths allocate nothing they do not return."""
-    if _overlapping(input):
-        input = input.contiguous()
+    input = _apart(input)
     n = input.shape[0]
     loss = input.new_empty(_loss_shape(n, reduction), dtype=torch.float32)
     lse = input.new_empty((n,), dtype=torch.float32) if write_lse else None
@@ -653,8 +661,7 @@ def _shard_stats_op(input: Tensor, target: Tensor, class_offset: int, vocab: int
     if _emulating(input):
         return _reference.shard_stats(input, target, class_offset, vocab, ignore_index, label_smoothing,
                                       softcap).float()
-    if _overlapping(input):
-        input = input.contiguous()
+    input = _apart(input)
     stats = torch.empty((2, n), dtype=torch.float32, device=input.device)
     loss = torch.empty((), dtype=torch.float32, device=input.device)
     key = _key(input, target, None, ignore_index, 2, label_smoothing, 0.0, softcap, False, _capi.XENT_OP_FORWARD,

@@ -56,10 +56,12 @@ void launch(xent_context *ctx, xent_plan *plan, const Tensor &on, const xent_arg
     TORCH_CHECK(rc == XENT_OK, "xent: xent_plan_launch: ", xent_errstr(rc), ": ", xent_errmsg(ctx));
 }
 
-// The row stride xent takes for x's rows (xent._ops._row_stride): one row, or rows that overlap, are c apart.
+// The row stride xent takes for x's rows (xent._ops._row_stride): c for one row. Rows that share
+// memory are refused: a kernel would read past them, and an in-place gradient would write over them.
 int64_t row_stride_of(const Tensor &x) {
     const int64_t n = x.size(0), c = x.size(1), rs = x.stride(0);
-    return n == 1 || rs < c ? c : rs;
+    TORCH_CHECK(n == 1 || rs >= c, "xent: rows that share memory (stride(0) = ", rs, " < C = ", c, ")");
+    return n == 1 ? c : rs;
 }
 
 // The fused problem of x's rows, whose gradient has the same row stride.
