@@ -5,6 +5,7 @@ both against the one-shot read floor of the same bytes, in one process.
     python3 bench/random_problems.py --list [--seed 12 --problems 40]     # the problems, no GPU
     PYTHONUNBUFFERED=1 python3 bench/random_problems.py --out DIR [--only 0..19] [--no-tune | --budget 10]
     python3 bench/random_problems.py --merge DIR1/random.json DIR2/random.json --out DIR  # one report
+    python3 bench/random_problems.py --compare A/random.json B/random.json  # A's untuned against B's
 
 With --with-fixed the issue's table of problems follows the draw (numbered from --problems, left
 out of the distribution): 65536x8192 f16 mean and none, 12288x50257 bf16 none, 7x1000003 f32 mean
@@ -304,6 +305,14 @@ def write_reports(result, outdir):
     return md
 
 
+def check_same_draw(first, other, first_path, other_path):
+    """Exit naming other_path where its report is of another draw (seed, count) than first's."""
+    def draw_of(r):
+        return r["meta"].get("seed"), r["meta"].get("count")
+    if draw_of(other) != draw_of(first):
+        raise SystemExit("%s: another draw (seed/count) than %s" % (other_path, first_path))
+
+
 def merge(paths, outdir):
     result = None
     for path in paths:
@@ -312,14 +321,44 @@ def merge(paths, outdir):
         if result is None:
             result = part
             continue
-        if (part["meta"].get("seed"), part["meta"].get("count")) != (result["meta"].get("seed"),
-                                                                     result["meta"].get("count")):
-            raise SystemExit("%s: another draw (seed/count) than %s" % (path, paths[0]))
+        check_same_draw(result, part, paths[0], path)
         result["problems"].update(part["problems"])
         result["meta"].setdefault("parts", []).append(part["meta"].get("date"))
     md = write_reports(result, outdir)
     print(md)
     return 0
+
+
+# Problems of this many bytes or more are counted apart by --compare (the issue's tuned target).
+LARGE_BYTES = 64e6
+
+
+def compare(path_a, path_b, margin=0.01):
+    """A's untuned plans against B's, problem by problem, each time divided by its own run's floor
+    (two runs of the same draw over other caches or builds): for the problems of LARGE_BYTES or
+    more and the rest, how many A ran faster and slower by more than margin, and the geometric
+    mean of A / B. Returns the table's lines."""
+    runs = []
+    for path in (path_a, path_b):
+        with open(path) as f:
+            runs.append(json.load(f))
+    check_same_draw(runs[0], runs[1], path_a, path_b)
+    groups = {True: [], False: []}
+    for key, a in runs[0]["problems"].items():
+        b = runs[1]["problems"].get(key)
+        ra = ratio(a.get("untuned", {}).get("us"), a.get("floor_us"))
+        rb = ratio((b or {}).get("untuned", {}).get("us"), (b or {}).get("floor_us"))
+        if ra is not None and rb is not None:
+            groups[a["bytes"] >= LARGE_BYTES].append(ra / rb)
+    out = ["| problems | A faster by over %g%% | A slower by over %g%% | geometric mean, A / B |"
+           % (100 * margin, 100 * margin), "| --- | ---: | ---: | ---: |"]
+    for large, label in ((True, "%g MB or more" % (LARGE_BYTES / 1e6)), (False, "less")):
+        r = groups[large]
+        if r:
+            geo = math.exp(sum(math.log(x) for x in r) / len(r))
+            out.append("| %s (%d) | %d | %d | %.3f |" % (label, len(r), sum(x < 1 - margin for x in r),
+                                                        sum(x > 1 + margin for x in r), geo))
+    return out
 
 
 # ----------------------------------------------------------------------------
@@ -599,12 +638,17 @@ def main():
     ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "xent-random"),
                     help="folder of the tuned cache (tuned.db), kept between pieces (default /tmp/xent-random)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine parts' random.json into one report")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                    help="A's untuned plans against B's (two reports of the same draw), by size")
     ap.add_argument("--tuned-from", metavar="JSON",
                     help="instead of tuning, time again the top configs of this earlier report's tunes "
                          "(the same draw) and take the fastest as the tuned plan")
     args = ap.parse_args()
     if args.merge:
         return merge(args.merge, args.out)
+    if args.compare:
+        print("\n".join(compare(*args.compare)))
+        return 0
     args.earlier = None
     if args.tuned_from:
         with open(args.tuned_from) as f:

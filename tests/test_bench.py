@@ -6,6 +6,7 @@ No GPU and no torch: the scripts import those only to measure.
 """
 import glob
 import json
+import math
 import os
 import sys
 
@@ -120,6 +121,25 @@ def test_merge_refuses_another_draw(tmp_path):
     b.write_text(json.dumps(report(seed=13)))
     with pytest.raises(SystemExit, match="another draw"):
         rp.merge([str(a), str(b)], str(tmp_path / "out"))
+
+
+def test_compare_counts_by_size(tmp_path):
+    """--compare divides each run's untuned time by its own floor, and counts the problems of 64 MB
+    or more apart from the rest: here A is 2x faster on a large one and 1.5x slower on a small one,
+    and within the margin on another small one."""
+    big, small, same = 3, 1, 2  # 2782x718738 bf16 (4 GB), 25x175 f16, 1217886x6 bf16 (19 MB)
+    assert rp.draw(12, 40, int(4e9))[big]["bytes"] >= rp.LARGE_BYTES > rp.draw(12, 40, int(4e9))[small]["bytes"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(report(problems={"3": measured(big, 1.0), "1": measured(small, 3.0),
+                                             "2": measured(same, 2.0)})))
+    b.write_text(json.dumps(report(problems={"3": measured(big, 2.0), "1": measured(small, 2.0),
+                                             "2": measured(same, 2.01)})))
+    lines = rp.compare(str(a), str(b))
+    assert lines[2] == "| 64 MB or more (1) | 1 | 0 | 0.500 |"
+    assert lines[3] == "| less (2) | 0 | 1 | %.3f |" % math.sqrt(1.5 * 2.0 / 2.01)
+    b.write_text(json.dumps(report(seed=13)))
+    with pytest.raises(SystemExit, match="another draw"):
+        rp.compare(str(a), str(b))
 
 
 @pytest.mark.parametrize("tuned_from, want", [
