@@ -64,6 +64,9 @@ void xent_parse_ptxas(const char *log, xent_cubin *out);
  * out->data is malloc'd and owned by the caller. */
 int xent_kernel_get(const xent_config *cfg, const xent_problem *p, int arch, xent_cubin *out, char *err, size_t errlen);
 void xent_cubin_free(xent_cubin *c);
+/* A hash of the key xent_kernel_get files cfg's kernel for p on arch under (the rendered defines,
+ * the template's hash, arch and NVRTC): configs with the same id share a kernel. 0 without memory. */
+uint64_t xent_kernel_id(const xent_config *cfg, const xent_problem *p, int arch);
 /* The disk cache directory ($XENT_KERNEL_CACHE, "off" disables; else
  * kernels/ in xent_cache_home). 0 if none. */
 int xent_kernel_cache_dir(char *buf, size_t len);

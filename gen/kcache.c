@@ -64,6 +64,14 @@ static char *make_key(const xent_config *cfg, const xent_problem *p, int arch) {
     return key;
 }
 
+uint64_t xent_kernel_id(const xent_config *cfg, const xent_problem *p, int arch) {
+    char *key = make_key(cfg, p, arch);
+    if (!key) return 0;
+    uint64_t h = xent_text_hash(key, strlen(key));
+    free(key);
+    return h;
+}
+
 static int copy_bin(const xent_cubin *from, xent_cubin *to, int source) {
     *to = *from;
     to->data = malloc(from->size);

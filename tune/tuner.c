@@ -76,33 +76,31 @@ static void compile_one(void *arg, int64_t k, int thread) {
 }
 
 typedef struct kernel_of {
-    uint64_t hash; /* of the candidate's rendered defines and family */
+    uint64_t id; /* xent_kernel_id: the kernel cache's key */
     int index;
 } kernel_of;
 
 static int cmp_kernel_of(const void *a, const void *b) {
     const kernel_of *x = a, *y = b;
-    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);
 }
 
 /* The candidates in an order that puts the first of each kernel before all the others (candidates
  * that differ only in launch knobs, PERSIST or a SPLIT > 1, share one); returns how many are
- * first, or -1 without memory. Hashes that collide only make a kernel wait for the second pass. */
-static int firsts_first(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int *order) {
+ * first, or -1 without memory. Ids that collide only make a kernel wait for the second pass. */
+static int firsts_first(const xent_config *cfgs, int n, const xent_problem *probs, int nprobs, int arch,
+                        int *order) {
     kernel_of *k = malloc((size_t)(n > 0 ? n : 1) * sizeof *k);
     if (!k) return -1;
     for (int i = 0; i < n; i++) {
-        const xent_problem *p = &probs[nprobs == 1 ? 0 : i];
-        char *d = xent_render_defines(&cfgs[i], p);
-        k[i].hash = d ? xent_text_hash(d, strlen(d)) ^ (uint64_t)xent_problem_family(p) : (uint64_t)i;
+        k[i].id = xent_kernel_id(&cfgs[i], &probs[nprobs == 1 ? 0 : i], arch);
         k[i].index = i;
-        free(d);
     }
     qsort(k, (size_t)n, sizeof *k, cmp_kernel_of);
     int firsts = 0, rest = n;
     for (int j = 0; j < n; j++) {
-        if (j == 0 || k[j].hash != k[j - 1].hash) order[firsts++] = k[j].index;
+        if (j == 0 || k[j].id != k[j - 1].id) order[firsts++] = k[j].index;
         else order[--rest] = k[j].index;
     }
     free(k);
@@ -123,7 +121,7 @@ void xent_compile_many(const xent_config *cfgs, int n, const xent_problem *probs
         }
         return;
     }
-    int firsts = firsts_first(cfgs, n, probs, nprobs, order);
+    int firsts = firsts_first(cfgs, n, probs, nprobs, arch, order);
     if (firsts < 0) { /* no memory to sort them: one pass as given */
         for (int i = 0; i < n; i++) order[i] = i;
         firsts = n;
