@@ -214,19 +214,21 @@ def test_overlapping_rows_are_read_from_a_copy(dtype):
     torch.testing.assert_close(stats[0].double(), torch.logsumexp(rows.double(), 1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("op", ["fused", "fused_inplace"])
-def test_cpp_operator_refuses_rows_that_share_memory(op):
-    """The C++ operators, handed rows that share memory straight (the Python layer copies them first),
-    refuse them by their row stride with a clear error, before any launch reads or writes past them."""
+def test_cpp_operators_on_rows_that_share_memory():
+    """Handed rows that share memory straight (the Python layer copies them first), the C++ operator
+    with a gradient of its own reads them from a copy (the losses of N copies of one row), and the one
+    in place refuses them by their row stride with a clear error, before any launch writes over them."""
     x, _ = _inputs(1, 5003, torch.float32, seed=7)
     rows = x.expand(64, -1)
     t = torch.randint(0, 5003, (64,), device=DEV)
-    xe = _ops._context(rows.device.index)
-    if not _ops._cpp_op_loaded(xe):
+    if not _ops._cpp_op_loaded(_ops._context(rows.device.index)):
         pytest.skip("libxent_torch.so not built for this torch (make build/libxent_torch.so PYTHON=...)")
+    none = 0  # XENT_REDUCE_NONE
+    loss = _ops._fused_cpp(rows, t, None, -100, none, 0.0, 0.0, 0.0, False)
+    _check_loss(loss, F.cross_entropy(rows.double(), t, reduction="none"), torch.float32)
     before = x.clone()
     with pytest.raises(RuntimeError, match=r"rows that share memory \(stride\(0\) = 0 < C = 5003\)"):
-        getattr(torch.ops.xent_cpp, op)(rows, t, None, xe._ctx.value, -100, 1, 0.0, 0.0, 0.0)
+        _ops._fused_cpp(rows, t, None, -100, none, 0.0, 0.0, 0.0, True)
     assert torch.equal(x, before)
 
 
