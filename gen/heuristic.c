@@ -32,6 +32,23 @@ static void fit_team(xent_config *cfg, const xent_problem *p) {
     if (cfg->passes == 2 && cfg->items < fit) cfg->passes = 1;
 }
 
+/* A lane chunk up to which a row of two chunks takes one of twice the items. */
+#define ONE_CHUNK_MAX_ITEMS 4
+#define ONE_CHUNK_MAX_ELEMS 16
+
+/* Whether a row that two short lane chunks hold takes one chunk of twice the
+ * items: one round trip a row instead of two. On an H100, fitted plans of rows up
+ * to twice their chunk ran 3-9% faster so where a lane then loads up to 8
+ * vectors of 32 logits in all (8 of 8 problems); 16-bit lanes of 64 logits
+ * ran 0.95-1.13 (bench/pairs/one-chunk-rows.txt), and fp32 lanes of 16
+ * scalar loads slower on 10 of 10 rows of 557-1023 classes
+ * (docs/random-problems.md). */
+static int takes_one_chunk(const xent_config *cfg, const xent_problem *p) {
+    long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
+    return cfg->split == 1 && seg > chunk && seg <= 2 * chunk && cfg->items <= ONE_CHUNK_MAX_ITEMS &&
+           cfg->items * cfg->vec <= ONE_CHUNK_MAX_ELEMS && 2 * cfg->items * cfg->vec <= xent_chunk_limit(cfg->block);
+}
+
 /* Bytes a lane loads a chunk below which a fitted chunk is not halved: four
  * 16-byte loads in flight a lane. */
 #define MIN_LANE_CHUNK_BYTES 64
@@ -51,6 +68,27 @@ static void fit_chunks(xent_config *cfg, const xent_problem *p) {
         cfg->items /= 2;
         chunk /= 2;
     }
+}
+
+/* Threads an SM holds (sm_80 and sm_90). */
+#define SM_THREADS 2048
+
+/* A 16-bit row of two chunks that still leave a quarter of their loads
+ * masked out with each lane at MIN_LANE_CHUNK_BYTES (fit_chunks) takes three
+ * chunks of a warp team half as wide instead, more rows a block, where the
+ * narrower teams of p's rows still fill every SM's threads. On an H100, such
+ * fitted plans ran 0.78-0.99 of the entry's team on 30 of 34 problems of
+ * 20-500 MB, within 1% on 2 and 1.02-1.06 on 2; fp32 rows ran 1.01-1.09 (7 of
+ * 7), rows of three chunks narrowed to five 0.97-1.13 (slower on 6 of 14), and
+ * 3951x529 bf16, whose rows fill a quarter of the SMs' threads, 1.10
+ * (bench/pairs/narrow-team.txt, narrow-two-chunks.txt). A row that two short
+ * chunks hold takes one chunk instead (takes_one_chunk). */
+static void narrow_to_chunks(xent_config *cfg, const xent_problem *p, int sm_count) {
+    long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
+    if (p->logits != XENT_F32 && seg > chunk && seg <= 2 * chunk && chunk_use(seg, chunk) < 75 && cfg->tpr > 1 &&
+        cfg->tpr <= 32 && cfg->split == 1 && p->n * (cfg->tpr / 2) >= (int64_t)SM_THREADS * sm_count &&
+        !takes_one_chunk(cfg, p))
+        cfg->tpr /= 2;
 }
 
 /* Segments a row for p's rows from a split made for n_from: about as many
@@ -83,26 +121,6 @@ static void widen_team(xent_config *cfg, const xent_problem *p, int sm_count) {
     if (10 * xent_fwd_groups(cfg, p) >= (int64_t)FEW_BLOCKS_PER_SM_X10 * sm_count) return; /* a block a group */
     cfg->tpr *= 2;
     cfg->items /= 2;
-}
-
-/* A lane chunk up to which a row of two chunks takes one of twice the items. */
-#define ONE_CHUNK_MAX_ITEMS 4
-#define ONE_CHUNK_MAX_ELEMS 16
-
-/* A row that two short lane chunks hold takes one chunk of twice the items:
- * one round trip a row instead of two. On an H100, fitted plans of rows up
- * to twice their chunk ran 3-9% faster so where a lane then loads up to 8
- * vectors of 32 logits in all (8 of 8 problems); 16-bit lanes of 64 logits
- * ran 0.95-1.13 (bench/pairs/one-chunk-rows.txt), and fp32 lanes of 16
- * scalar loads slower on 10 of 10 rows of 557-1023 classes
- * (docs/random-problems.md). */
-static void one_chunk(xent_config *cfg, const xent_problem *p) {
-    long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
-    if (cfg->split > 1 || seg <= chunk || seg > 2 * chunk) return;
-    if (cfg->items > ONE_CHUNK_MAX_ITEMS || cfg->items * cfg->vec > ONE_CHUNK_MAX_ELEMS ||
-        2 * cfg->items * cfg->vec > xent_chunk_limit(cfg->block))
-        return;
-    cfg->items *= 2;
 }
 
 /* Bytes of logits up to which a sum or mean takes one block (below). */
@@ -181,8 +199,9 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     }
     fit_team(&fitted, p);
     fit_chunks(&fitted, p);
+    narrow_to_chunks(&fitted, p, sm_count);
     widen_team(&fitted, p, sm_count);
-    one_chunk(&fitted, p);
+    if (takes_one_chunk(&fitted, p)) fitted.items *= 2;
     fit_untuned(&fitted, p);
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
