@@ -82,7 +82,8 @@ static void fit_chunks(xent_config *cfg, const xent_problem *p) {
  * 7), rows of three chunks narrowed to five 0.97-1.13 (slower on 6 of 14), and
  * 3951x529 bf16, whose rows fill a quarter of the SMs' threads, 1.10
  * (bench/pairs/narrow-team.txt, narrow-two-chunks.txt). A row that two short
- * chunks hold takes one chunk instead (takes_one_chunk). */
+ * chunks hold takes one chunk instead (takes_one_chunk). The rows' bound
+ * gives at least 2048 / BLOCK >= 4 blocks an SM, so widen_team leaves it. */
 static void narrow_to_chunks(xent_config *cfg, const xent_problem *p, int sm_count) {
     long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
     if (p->logits != XENT_F32 && seg > chunk && seg <= 2 * chunk && chunk_use(seg, chunk) < 75 && cfg->tpr > 1 &&
