@@ -223,7 +223,7 @@ def test_cpp_operators_on_rows_that_share_memory():
     t = torch.randint(0, 5003, (64,), device=DEV)
     if not _ops._cpp_op_loaded(_ops._context(rows.device.index)):
         pytest.skip("libxent_torch.so not built for this torch (make build/libxent_torch.so PYTHON=...)")
-    none = 0  # XENT_REDUCE_NONE
+    none = _ops._RED["none"]
     loss = _ops._fused_cpp(rows, t, None, -100, none, 0.0, 0.0, 0.0, False)
     _check_loss(loss, F.cross_entropy(rows.double(), t, reduction="none"), torch.float32)
     before = x.clone()

@@ -39,8 +39,8 @@ __all__ = ["cross_entropy", "CrossEntropyLoss", "check_targets", "shard_stats", 
 
 _LOGIT = {torch.float32: _capi.XENT_F32, torch.float16: _capi.XENT_F16, torch.bfloat16: _capi.XENT_BF16}
 _INDEX = {torch.int32: _capi.XENT_I32, torch.int64: _capi.XENT_I64}
-_RED = {"none": 0, "sum": 1, "mean": 2}
-_RED_NAME = {0: "none", 1: "sum", 2: "mean"}
+_RED = _capi.REDUCTIONS
+_RED_NAME = {code: name for name, code in _RED.items()}
 
 # --- CPU emulation (tests only): the custom ops compute the float64 reference on CPU tensors --------
 
