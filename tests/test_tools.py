@@ -126,6 +126,24 @@ def test_gpu_session_imports_and_exports_its_key(tmp_path, key, imported):
         assert sorted(exported) == sorted(shipped)
 
 
+def test_gpu_session_random_stages_report_apart(tmp_path):
+    """A second random stage in one call reports into $OUT/random-2, so that "random retune random"
+    keeps the draw before the retune beside the one after (python3 stands in for the benchmark)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "python3"
+    stub.write_text('#!/bin/sh\necho "$@" >> "%s"\n' % (tmp_path / "calls"))
+    stub.chmod(0o755)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH="%s:%s" % (bin_dir, os.environ["PATH"]),
+               XENT_KERNEL_CACHE=str(tmp_path / "kc"), RANDOM_ONLY="14,35", RANDOM_BUDGET="0")
+    p = subprocess.run(["bash", "tools/gpu-session.sh", "random", "random"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    outs = [ln.split("--out ")[1].strip() for ln in open(tmp_path / "calls")]
+    assert outs == [str(tmp_path / "out" / "random"), str(tmp_path / "out" / "random-2")]
+    assert all("--only 14,35" in ln and "--no-tune" in ln for ln in open(tmp_path / "calls"))
+
+
 @needs_tune
 def test_gpu_session_ship_returns_its_cache_after_each_part(tmp_path):
     """The ship stage copies its cache to $OUT/ship.db after each part, so that a call cut off by

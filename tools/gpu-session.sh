@@ -319,13 +319,16 @@ for s in "$@"; do
         # pieces' random.json with --merge. The tuned cache stays in /tmp/xent-random.
         # RANDOM_FIXED=1 (default) appends the issue's 8 fixed problems as 40..47.
         # RANDOM_TUNED_FROM=JSON times an earlier report's tuned configs again instead of tuning.
-        stage "random problems ${RANDOM_ONLY:-all} (budget ${RANDOM_BUDGET:-30})"
+        # A second random stage in the call reports into $OUT/random-2 (and so on), so that
+        # "random retune random" times the same problems before and after a retune.
+        rdir=$OUT/random; k=1; while [ -e "$rdir" ]; do k=$((k + 1)); rdir=$OUT/random-$k; done; mkdir -p "$rdir"
+        stage "random problems ${RANDOM_ONLY:-all} (budget ${RANDOM_BUDGET:-30}) into $rdir"
         tune=(--budget "${RANDOM_BUDGET:-30}"); [ "${RANDOM_BUDGET:-30}" = 0 ] && tune=(--no-tune)
         [ -n "${RANDOM_TUNED_FROM:-}" ] && tune=(--tuned-from "$RANDOM_TUNED_FROM")
         XENT_DATADIR="${RANDOM_DATADIR:-$PWD/tunecache}" run python3 bench/random_problems.py \
             --seed "${RANDOM_SEED:-12}" --problems "${RANDOM_PROBLEMS:-40}" ${RANDOM_ONLY:+--only "$RANDOM_ONLY"} \
             $([ "${RANDOM_FIXED:-1}" = 1 ] && echo --with-fixed) \
-            "${tune[@]}" --out "$OUT/random" ;;
+            "${tune[@]}" --out "$rdir" ;;
     ab)
         # each build of build/variants (tools/ab-build.sh), interleaved, AB_REPS
         # times. fp32 AB_SHAPES: xent-example's back-to-back time (200 calls on
