@@ -32,6 +32,12 @@ static void fit_team(xent_config *cfg, const xent_problem *p) {
     if (cfg->passes == 2 && cfg->items < fit) cfg->passes = 1;
 }
 
+/* The chunks of cfg's team that a segment of p's row takes. */
+static long seg_chunks(const xent_config *cfg, const xent_problem *p) {
+    long chunk = (long)cfg->tpr * cfg->items;
+    return (xent_seg_vectors(cfg, p) + chunk - 1) / chunk;
+}
+
 /* A lane chunk up to which a row of two chunks takes one of twice the items. */
 #define ONE_CHUNK_MAX_ITEMS 4
 #define ONE_CHUNK_MAX_ELEMS 16
@@ -44,8 +50,7 @@ static void fit_team(xent_config *cfg, const xent_problem *p) {
  * scalar loads slower on 10 of 10 rows of 557-1023 classes
  * (docs/random-problems.md). */
 static int takes_one_chunk(const xent_config *cfg, const xent_problem *p) {
-    long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
-    return cfg->split == 1 && seg > chunk && seg <= 2 * chunk && cfg->items <= ONE_CHUNK_MAX_ITEMS &&
+    return cfg->split == 1 && seg_chunks(cfg, p) == 2 && cfg->items <= ONE_CHUNK_MAX_ITEMS &&
            cfg->items * cfg->vec <= ONE_CHUNK_MAX_ELEMS && 2 * cfg->items * cfg->vec <= xent_chunk_limit(cfg->block);
 }
 
@@ -83,10 +88,10 @@ static void fit_chunks(xent_config *cfg, const xent_problem *p) {
  * 3951x529 bf16, whose rows fill a quarter of the SMs' threads, 1.10
  * (bench/pairs/narrow-team.txt, narrow-two-chunks.txt). A row that two short
  * chunks hold takes one chunk instead (takes_one_chunk). The rows' bound
- * gives at least 2048 / BLOCK >= 4 blocks an SM, so widen_team leaves it. */
+ * gives at least SM_THREADS / BLOCK >= 4 blocks an SM, so widen_team leaves it. */
 static void narrow_to_chunks(xent_config *cfg, const xent_problem *p, int sm_count) {
     long seg = xent_seg_vectors(cfg, p), chunk = (long)cfg->tpr * cfg->items;
-    if (p->logits != XENT_F32 && seg > chunk && seg <= 2 * chunk && chunk_use(seg, chunk) < 75 && cfg->tpr > 1 &&
+    if (p->logits != XENT_F32 && seg_chunks(cfg, p) == 2 && chunk_use(seg, chunk) < 75 && cfg->tpr > 1 &&
         cfg->tpr <= 32 && cfg->split == 1 && p->n * (cfg->tpr / 2) >= (int64_t)SM_THREADS * sm_count &&
         !takes_one_chunk(cfg, p))
         cfg->tpr /= 2;

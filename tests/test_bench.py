@@ -128,7 +128,8 @@ def test_compare_counts_by_size(tmp_path):
     or more apart from the rest: here A is 2x faster on a large one and 1.5x slower on a small one,
     and within the margin on another small one."""
     big, small, same = 3, 1, 2  # 2782x718738 bf16 (4 GB), 25x175 f16, 1217886x6 bf16 (19 MB)
-    assert rp.draw(12, 40, int(4e9))[big]["bytes"] >= rp.LARGE_BYTES > rp.draw(12, 40, int(4e9))[small]["bytes"]
+    drawn = rp.draw(12, 40, int(4e9))
+    assert drawn[big]["bytes"] >= rp.LARGE_BYTES > drawn[small]["bytes"]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(report(problems={"3": measured(big, 1.0), "1": measured(small, 3.0),
                                              "2": measured(same, 2.0)})))
