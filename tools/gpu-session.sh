@@ -286,7 +286,7 @@ for s in "$@"; do
         done
         # the same from C with NCCL directly (tools/example_nccl.c), every GPU; libnccl.so.2 from
         # the toolkit's folder, else from torch's NCCL wheel
-        if [ "$ngpu" -ge 2 ] && [ -x build/xent-example-nccl ]; then
+        if [ "$ngpu" -ge 1 ] && [ -x build/xent-example-nccl ]; then
             ncclib=$(python3 -c "import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
             NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH="$LD_LIBRARY_PATH${ncclib:+:$ncclib}" run build/xent-example-nccl 8192 128256
         fi ;;
