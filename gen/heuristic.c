@@ -212,9 +212,13 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
+/* The most threads a cluster holding a fused row may have: an SM's. */
+#define CLUSTER_THREADS 2048
+
 /* xent_grad: 16 elements a thread, the fewest threads that hold the row,
- * in teams of up to 512; past that the row is read twice by 512 threads of
- * 256 bytes a chunk (the backward, one read, 128). A thread holds 32 fp32
+ * in teams of up to 512; past that the row is stashed, or held by a cluster
+ * of blocks, or else read twice by 512 threads of 256 bytes a chunk (the
+ * backward, one read, 128). A thread holds 32 fp32
  * logits in teams of at least 64, or up to 128 16-bit ones in teams of at
  * least a warp (the backward, which holds nothing across a reduction, 32 of
  * either). The tuned fused winners on the H200: at 32768x4096 bf16 a warp
@@ -258,6 +262,26 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         half.tpr = half.block = 256, half.stash = 1, half.evict = 0;
         if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
     }
+    /* A fused row that neither a block's registers nor its stash hold is read
+     * twice, the second time from L2 only while the rows in flight fit it, and
+     * a block a row on every SM are 132 rows of 512 KB at 256000 bf16 or 128256
+     * fp32 classes. The fewest blocks of a cluster that hold the row in
+     * registers read it once (sm_90; xent_config_for_arch reads it twice
+     * elsewhere); 16-bit rows in 256-thread blocks, twice as many, two an SM,
+     * as the stash above. A cluster of more than an SM's 2048 threads, whose
+     * blocks must all find an SM of one GPC free at once, ran slower than the
+     * row read twice. 4096x256000 bf16: 1585 us by 8 blocks of 256 against
+     * 1831 read twice, 1711 by 4 of 512 and 2612 by 8 of 512; 8192x128256
+     * fp32: 3234 us by 4 of 512 against 3626 read twice and 4031 by 8 of 256
+     * (one an SM at 136 registers; docs/performance.md). */
+    if (xent_config_reads_twice(cfg, p)) {
+        xent_config held = *cfg;
+        while (xent_grad_capacity(&held) < p->c && 2L * held.split * held.tpr <= CLUSTER_THREADS) held.split *= 2;
+        xent_config half = held;
+        half.tpr = half.block = 256, half.split *= 2;
+        if (!wide && half.split <= MAX_GRAD_SPLIT && xent_grad_capacity(&half) >= p->c) held = half;
+        if (xent_grad_capacity(&held) >= p->c && xent_config_fits(&held, p, NULL, 0)) *cfg = held;
+    }
     cfg->evict = xent_config_reads_twice(cfg, p);
     cfg->prefetch = xent_handoff_gains(cfg, p) ? 2 : 0;
     /* the backward of fp32 rows that start off a 16-byte boundary streams
@@ -271,9 +295,10 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
     }
     /* a held fused fp32 row takes one exponential in eight by the polynomial
      * (32768x4096: 282.5 us against 285.3, and 290.9 against 294.2 at 64
-     * threads a row); 16-bit and re-read rows were slower with it */
+     * threads a row); 16-bit and re-read rows were slower with it, and so was
+     * a row a cluster holds (8192x128256: 3259 us against 3234) */
     cfg->poly = p->logits == XENT_F32 && p->op == XENT_OP_FUSED && xent_grad_capacity(cfg) >= p->c &&
-                        cfg->items * cfg->vec >= 32
+                        cfg->items * cfg->vec >= 32 && cfg->split == 1
                     ? 8
                     : 0;
 }

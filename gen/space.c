@@ -96,8 +96,6 @@ static int refuse(char *why, size_t len, const char *reason) {
     return 0;
 }
 
-/* The largest cluster the hardware guarantees without opting in. */
-#define MAX_GRAD_SPLIT 8
 /* Words of a chunk when two are held (PREFETCH): 2 x 16 words and the row's
  * state stay under the 128 registers a 512-thread block allows. */
 #define GRAD_PREFETCH_WORDS 16
@@ -568,9 +566,16 @@ const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int ar
         cfg->evict = xent_config_reads_twice(cfg, p);
         what = "no stash (its shared memory): the row read twice";
     }
+    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90) {
+        cfg->split = 1;
+        /* a row read twice by a block of 512 threads, as the heuristic reads rows past a cluster */
+        if (xent_config_reads_twice(cfg, p)) cfg->tpr = cfg->block = 512;
+        cfg->evict = xent_config_reads_twice(cfg, p);
+        what = cfg->evict ? "no cluster (sm_90): the row read twice" : "no cluster (sm_90)";
+    }
     if (arch < 80 && cfg->evict) { /* a hint its loads can do without */
         cfg->evict = 0;
-        what = *what ? "no stash (its shared memory), no EVICT (L2 cache policies)" : "no EVICT (L2 cache policies)";
+        what = *what ? "the row read twice, no EVICT (L2 cache policies)" : "no EVICT (L2 cache policies)";
     }
     return what;
 }

@@ -147,6 +147,9 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
  * for the template's own (under 1 KB). A GPU with less refuses the launch,
  * and the tuner records the failure. */
 #define MAX_STASH_BYTES (226 * 1024)
+/* The largest cluster of blocks sharing a training row (SPLIT) the hardware
+ * guarantees without opting in. */
+#define MAX_GRAD_SPLIT 8
 /* The knob called name (n characters of it); NULL if none. */
 const xent_knob *xent_knob_named(const char *name, size_t n);
 /* The least power of two >= x. */

@@ -210,6 +210,7 @@ static const prob_case probs[] = {
     {32768, 4096, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1},
     {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+    {2048, 256000, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* held by a cluster */
     {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0, 0},
     {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0, 0},
     {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0, 0},
@@ -574,6 +575,43 @@ START_TEST(grad_heuristic_shapes) {
 }
 END_TEST
 
+/* Fused rows that neither a block's registers nor its stash hold: the fewest
+ * blocks of a cluster of at most 2048 threads that hold them (SPLIT), on
+ * sm_90; read twice with L2 priorities where no such cluster holds them, and
+ * on GPUs without clusters. */
+static const struct {
+    int64_t c;
+    xent_dtype dt;
+    int arch, split, evict, stash, tpr;
+} long_rows[] = {
+    {256000, XENT_BF16, 90, 8, 0, 0, 256}, {128256, XENT_F32, 90, 4, 0, 0, 512}, {256000, XENT_F32, 90, 1, 1, 0, 512},
+    {151936, XENT_F32, 90, 1, 1, 0, 512},  {200064, XENT_F16, 90, 8, 0, 0, 256},  {400000, XENT_F16, 90, 1, 1, 0, 512},
+    {1000000, XENT_BF16, 90, 1, 1, 0, 512}, {128256, XENT_BF16, 90, 1, 0, 1, 512},
+    {50257, XENT_F32, 90, 1, 0, 1, 512},   {256000, XENT_BF16, 80, 1, 1, 0, 512},  {128256, XENT_F32, 89, 1, 1, 0, 512},
+};
+
+START_TEST(grad_heuristic_holds_long_rows_in_a_cluster) {
+    xent_problem p;
+    xent_problem_init(&p, 8192, long_rows[_i].c);
+    p.logits = long_rows[_i].dt, p.op = XENT_OP_FUSED;
+    xent_config cfg;
+    char text[256], why[256] = "";
+    xent_config_heuristic(&p, 132, &cfg);
+    const char *what = xent_config_for_arch(&cfg, &p, long_rows[_i].arch);
+    xent_config_format(&cfg, text, sizeof text);
+    ck_assert_msg(cfg.split == long_rows[_i].split && cfg.evict == long_rows[_i].evict &&
+                      cfg.stash == long_rows[_i].stash && cfg.tpr == long_rows[_i].tpr && cfg.poly == 0,
+                  "c=%lld sm_%d: %s, want SPLIT=%d EVICT=%d STASH=%d TPR=%d POLY=0", (long long)long_rows[_i].c,
+                  long_rows[_i].arch, text, long_rows[_i].split, long_rows[_i].evict, long_rows[_i].stash,
+                  long_rows[_i].tpr);
+    ck_assert_msg(xent_config_fits(&cfg, &p, why, sizeof why), "%s: %s", text, why);
+    ck_assert_msg(xent_config_arch_fits(&cfg, &p, long_rows[_i].arch, why, sizeof why), "%s: %s", text, why);
+    if (cfg.split > 1) ck_assert_int_ge(xent_grad_capacity(&cfg), p.c); /* held, not read twice */
+    /* the plan's note says what the architecture took */
+    ck_assert_int_eq(strstr(what, "no cluster") != NULL, long_rows[_i].arch < 90);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("grad");
     TCase *tc = tcase_create("problem");
@@ -599,6 +637,8 @@ int main(void) {
     tcase_add_loop_test(tc, grad_flat_fits, 0, (int)(sizeof flats / sizeof flats[0]));
     tcase_add_test(tc, grad_flat_fits_few_rows);
     tcase_add_loop_test(tc, grad_heuristic_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
+    tcase_add_loop_test(tc, grad_heuristic_holds_long_rows_in_a_cluster, 0,
+                        (int)(sizeof long_rows / sizeof long_rows[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
