@@ -212,9 +212,6 @@ void xent_config_fit_rows(xent_config *cfg, int64_t n_from, const xent_problem *
     if (xent_config_fits(&fitted, p, NULL, 0)) *cfg = fitted;
 }
 
-/* The most threads a cluster holding a fused row may have: an SM's. */
-#define CLUSTER_THREADS 2048
-
 /* xent_grad: 16 elements a thread, the fewest threads that hold the row,
  * in teams of up to 512; past that the row is stashed, or held by a cluster
  * of blocks, or else read twice by 512 threads of 256 bytes a chunk (the
@@ -268,7 +265,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
      * fp32 classes. The fewest blocks of a cluster that hold the row in
      * registers read it once (sm_90; xent_config_for_arch reads it twice
      * elsewhere); 16-bit rows in 256-thread blocks, twice as many, two an SM,
-     * as the stash above. A cluster of more than an SM's 2048 threads, whose
+     * as the stash above. A cluster of more than an SM's threads, whose
      * blocks must all find an SM of one GPC free at once, ran slower than the
      * row read twice. 4096x256000 bf16: 1585 us by 8 blocks of 256 against
      * 1831 read twice, 1711 by 4 of 512 and 2612 by 8 of 512; 8192x128256
@@ -276,7 +273,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
      * (one an SM at 136 registers; docs/performance.md). */
     if (xent_config_reads_twice(cfg, p)) {
         xent_config held = *cfg;
-        while (xent_grad_capacity(&held) < p->c && 2L * held.split * held.tpr <= CLUSTER_THREADS) held.split *= 2;
+        while (xent_grad_capacity(&held) < p->c && 2L * held.split * held.tpr <= SM_THREADS) held.split *= 2;
         xent_config half = held;
         half.tpr = half.block = 256, half.split *= 2;
         if (!wide && half.split <= MAX_GRAD_SPLIT && xent_grad_capacity(&half) >= p->c) held = half;
