@@ -75,9 +75,6 @@ static void fit_chunks(xent_config *cfg, const xent_problem *p) {
     }
 }
 
-/* Threads an SM holds (sm_80 and sm_90). */
-#define SM_THREADS 2048
-
 /* A 16-bit row of two chunks that still leave a quarter of their loads
  * masked out with each lane at MIN_LANE_CHUNK_BYTES (fit_chunks) takes three
  * chunks of a warp team half as wide instead, more rows a block, where the
@@ -260,24 +257,23 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
         if (xent_config_fits(&half, p, NULL, 0) && 2 * xent_config_smem(&half, p) <= MAX_STASH_BYTES) *cfg = half;
     }
     /* A fused row that neither a block's registers nor its stash hold is read
-     * twice, the second time from L2 only while the rows in flight fit it, and
-     * a block a row on every SM are 132 rows of 512 KB at 256000 bf16 or 128256
-     * fp32 classes. The fewest blocks of a cluster that hold the row in
-     * registers read it once (sm_90; xent_config_for_arch reads it twice
-     * elsewhere); 16-bit rows in 256-thread blocks, twice as many, two an SM,
-     * as the stash above. A cluster of more than an SM's threads, whose
-     * blocks must all find an SM of one GPC free at once, ran slower than the
-     * row read twice. 4096x256000 bf16: 1585 us by 8 blocks of 256 against
-     * 1831 read twice, 1711 by 4 of 512 and 2612 by 8 of 512; 8192x128256
-     * fp32: 3234 us by 4 of 512 against 3626 read twice and 4031 by 8 of 256
-     * (one an SM at 136 registers; docs/performance.md). */
+     * twice, the second time from L2 only while the rows in flight fit it: a
+     * block a row on each of 132 SMs keeps 53 MB in flight at 200064 bf16 or
+     * 100000 fp32 classes, 68 MB at 256000 or 128256, where the L2 holds 50.
+     * The fewest 512-thread blocks of a cluster whose registers and stashes
+     * hold the row read it once, a slice a block (sm_90; xent_config_for_arch
+     * reads it twice elsewhere), up to an SM's threads: 8192x128256 fp32 2868
+     * us by 2 blocks against 3626 read twice and 3237 by 4 holding it in
+     * registers alone; 8192x256000 bf16 2871 against 3654 and 3184 by 8 of
+     * 256; 8192x100000 fp32 2275 against 2666 (docs/performance.md). */
     if (xent_config_reads_twice(cfg, p)) {
         xent_config held = *cfg;
-        while (xent_grad_capacity(&held) < p->c && 2L * held.split * held.tpr <= SM_THREADS) held.split *= 2;
-        xent_config half = held;
-        half.tpr = half.block = 256, half.split *= 2;
-        if (!wide && half.split <= MAX_GRAD_SPLIT && xent_grad_capacity(&half) >= p->c) held = half;
-        if (xent_grad_capacity(&held) >= p->c && xent_config_fits(&held, p, NULL, 0)) *cfg = held;
+        held.stash = 1, held.evict = 0;
+        for (held.split = 2; held.split * held.tpr <= SM_THREADS; held.split *= 2)
+            if (xent_config_fits(&held, p, NULL, 0)) {
+                *cfg = held;
+                break;
+            }
     }
     cfg->evict = xent_config_reads_twice(cfg, p);
     cfg->prefetch = xent_handoff_gains(cfg, p) ? 2 : 0;

@@ -313,6 +313,11 @@ static int grad_relevant(const xent_config *c, const xent_problem *p) {
     if (c->flat) return !xent_rows_aligned(p) && c->tpr >= 128 && (c->items == 4 || c->items == 8);
     if (p->op == XENT_OP_BACKWARD) /* one streaming pass: nothing to hold */
         return c->split == 1 && (c->tpr >= 32 ? cap <= 2 * xent_pow2_ceil(p->c) : cap >= p->c && cap < 4 * p->c);
+    /* long fused rows: also a cluster of blocks whose registers, a full chunk a
+     * thread, and stashes hold the row, a slice a block, up to an SM's threads */
+    if (p->c > 16384 && c->stash && c->split > 1)
+        return c->tpr >= 256 && c->split * c->tpr <= SM_THREADS &&
+               per_thread * xent_dtype_size(p->logits) == GRAD_CHUNK_BYTES;
     /* long rows: also one block a row, read twice (the second read from L2) */
     if (p->c > 16384 && c->split == 1 && c->tpr >= 256 && cap < p->c) return 1;
     if (p->c <= most) return cap >= p->c && cap < 4 * p->c && (c->split == 1 || c->tpr >= 256);
@@ -559,20 +564,22 @@ void xent_config_drop_idle_handoff(xent_config *cfg, const xent_problem *p) {
 }
 
 const char *xent_config_for_arch(xent_config *cfg, const xent_problem *p, int arch) {
-    const char *what = "";
-    if (cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch)) {
+    const int unclustered = xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90;
+    if (unclustered) cfg->split = 1;
+    /* after the cluster: a block that takes the whole row stashes all of it past its registers */
+    const int unstashed = cfg->stash && xent_config_smem(cfg, p) > arch_dynamic_smem(arch);
+    if (unstashed) {
         cfg->stash = 0;
         xent_config_drop_idle_handoff(cfg, p);
-        cfg->evict = xent_config_reads_twice(cfg, p);
-        what = "no stash (its shared memory): the row read twice";
     }
-    if (xent_problem_family(p) == XENT_FAMILY_GRAD && cfg->split > 1 && arch < 90) {
-        cfg->split = 1;
-        /* a row read twice by a block of 512 threads, as the heuristic reads rows past a cluster */
-        if (xent_config_reads_twice(cfg, p)) cfg->tpr = cfg->block = 512;
-        cfg->evict = xent_config_reads_twice(cfg, p);
-        what = cfg->evict ? "no cluster (sm_90): the row read twice" : "no cluster (sm_90)";
-    }
+    const int twice = xent_config_reads_twice(cfg, p);
+    /* a row read twice by a block of 512 threads, as the heuristic reads rows past a cluster */
+    if (unclustered && twice) cfg->tpr = cfg->block = 512;
+    if (unclustered || unstashed) cfg->evict = twice;
+    const char *what = unclustered && unstashed ? "no cluster (sm_90), no stash: the row read twice"
+                       : unclustered            ? (twice ? "no cluster (sm_90): the row read twice" : "no cluster (sm_90)")
+                       : unstashed              ? "no stash (its shared memory): the row read twice"
+                                                : "";
     if (arch < 80 && cfg->evict) { /* a hint its loads can do without */
         cfg->evict = 0;
         what = *what ? "the row read twice, no EVICT (L2 cache policies)" : "no EVICT (L2 cache policies)";

@@ -150,6 +150,8 @@ size_t xent_config_smem(const xent_config *cfg, const xent_problem *p);
 /* The largest cluster of blocks sharing a training row (SPLIT) the hardware
  * guarantees without opting in. */
 #define MAX_GRAD_SPLIT 8
+/* Threads an SM holds (sm_80 and sm_90). */
+#define SM_THREADS 2048
 /* The knob called name (n characters of it); NULL if none. */
 const xent_knob *xent_knob_named(const char *name, size_t n);
 /* The least power of two >= x. */

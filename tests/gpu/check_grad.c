@@ -128,6 +128,10 @@ static const gcase cases[] = {
      "VEC=8 TPR=8 BLOCK=128 ITEMS=2 SPLIT=1" HO},
     {"handoff cluster 4 softcap", 2000, 30000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 20.0f, FUSED, 0, 0, 0,
      0, "VEC=4 TPR=256 BLOCK=256 ITEMS=4 SPLIT=4" HO},
+    {"handoff stash cluster 2 f32 in place offset weights", 300, 100000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1,
+     0, 0, 0, FUSED, 1, 0, 0, 1, "VEC=4 TPR=512 BLOCK=512 ITEMS=16 SPLIT=2 STASH=1" HO},
+    {"stash cluster 4 f16 none z softcap", 40, 400000, 0, XENT_F16, XENT_I32, XENT_REDUCE_NONE, 0, 0, 1e-3f, 20.0f,
+     FUSED, 0, 0, 0.5f, 0, "VEC=8 TPR=512 BLOCK=512 ITEMS=16 SPLIT=4" ST},
     {"handoff backward in place", 2500, 5000, 0, XENT_BF16, XENT_I64, XENT_REDUCE_MEAN, 0, 0.1f, 0, 0, BACKWARD, 1, 0,
      1.5f, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" HO},
 #undef HO
