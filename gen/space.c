@@ -290,7 +290,8 @@ static int relevant(const xent_config *c, const xent_problem *p, int sm_count) {
 
 /* xent_grad: the widest vectors (rows of any alignment take scalar edges);
  * a row held in registers by the fewest threads that hold it (hold), or,
- * past what a cluster holds, chunks read twice; clusters only for long rows. */
+ * past what a cluster holds in registers, a block's or a cluster's stash or chunks read
+ * twice; clusters only for long rows. */
 static int grad_relevant(const xent_config *c, const xent_problem *p) {
     /* short rows also take the vector their stride keeps aligned: with the
      * widest, a team of one thread would hold up to 2 VEC - 2 scalar edges */
