@@ -263,9 +263,11 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
      * The fewest 512-thread blocks of a cluster whose registers and stashes
      * hold the row read it once, a slice a block (sm_90; xent_config_for_arch
      * reads it twice elsewhere), up to an SM's threads: 8192x128256 fp32 2868
-     * us by 2 blocks against 3626 read twice and 3237 by 4 holding it in
-     * registers alone; 8192x256000 bf16 2871 against 3654 and 3184 by 8 of
-     * 256; 8192x100000 fp32 2275 against 2666 (docs/performance.md). */
+     * us by 2 blocks against 3628 read twice and 3238 by 4 holding it in
+     * registers alone; 8192x256000 bf16 2868 against 3654 and 3190 by 8 of
+     * 256; 8192x100000 fp32 2281 against 2667 (docs/performance.md). Where
+     * one block's stash holds the row, it stays: a cluster of two was 3-12%
+     * slower there. */
     if (xent_config_reads_twice(cfg, p)) {
         xent_config held = *cfg;
         held.stash = 1, held.evict = 0;
