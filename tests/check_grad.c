@@ -211,6 +211,7 @@ static const prob_case probs[] = {
     {16384, 50257, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1},
     {8192, 128256, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
     {2048, 256000, XENT_BF16, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, /* held by a cluster's stashes */
+    {1024, 256000, XENT_F32, XENT_OP_FUSED, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, /* by four blocks' */
     {8, 1000000, XENT_F32, XENT_OP_FUSED, 0, 0.1f, 0, 0, 0, 0, 0, 1, 0, 0},
     {1048576, 10, XENT_F16, XENT_OP_FUSED, 1, 0.1f, 0, 0, 0, 0, 0, 0, 0, 0},
     {4096, 32000, XENT_BF16, XENT_OP_BACKWARD, 0, 0, 1e-4f, 30.0f, 0, 0, 0, 0, 0, 0},
