@@ -220,7 +220,10 @@ typedef struct inputs {
     size_t lbytes, tbytes;
 } inputs;
 
-static void make_inputs(const gcase *k, uint64_t seed, inputs *in) {
+/* masked: even rows take -inf over the second half of their classes (their targets in the
+ * first), and every fourth row is shifted by -300, its lse far below exp's range, so that
+ * some lanes hold nothing but -inf in a row whose exponentials all underflow. */
+static void make_inputs(const gcase *k, uint64_t seed, int masked, inputs *in) {
     xent_problem_init(&in->p, k->n, k->c);
     in->p.row_stride = k->c + k->pad;
     in->p.logits = k->dt;
@@ -233,12 +236,17 @@ static void make_inputs(const gcase *k, uint64_t seed, inputs *in) {
     uint64_t s = seed;
     in->lbytes = (size_t)(k->n * in->p.row_stride + k->offset) * esz(k->dt);
     in->logits = malloc(in->lbytes);
-    for (int64_t i = 0; i < k->n * in->p.row_stride + k->offset; i++)
-        put_logit(in->logits, k->dt, i, (float)(urand(&s) * 10.0 - 5.0) * (k->cap > 0 ? 8.0f : 1.0f));
+    for (int64_t i = 0; i < k->n * in->p.row_stride + k->offset; i++) {
+        float v = (float)(urand(&s) * 10.0 - 5.0) * (k->cap > 0 ? 8.0f : 1.0f);
+        const int64_t row = (i - k->offset) / in->p.row_stride, col = (i - k->offset) % in->p.row_stride;
+        if (masked && i >= k->offset && row % 2 == 0) v = col >= k->c / 2 ? -INFINITY : row % 4 ? v : v - 300.0f;
+        put_logit(in->logits, k->dt, i, v);
+    }
     in->tbytes = (size_t)k->n * (k->it == XENT_I64 ? 8 : 4);
     in->targets = malloc(in->tbytes);
     for (int64_t i = 0; i < k->n; i++) {
-        int64_t t = urand(&s) < 0.1 ? -100 : (int64_t)(urand(&s) * (double)k->c);
+        const int64_t span = masked && i % 2 == 0 ? k->c / 2 : k->c;
+        int64_t t = urand(&s) < 0.1 ? -100 : (int64_t)(urand(&s) * (double)span);
         if (k->it == XENT_I64)
             ((int64_t *)in->targets)[i] = t;
         else
@@ -358,11 +366,11 @@ static double check_gradient(const gcase *k, const inputs *in, const dev *d, con
 
 static size_t nloss(const gcase *k) { return k->red == XENT_REDUCE_NONE ? (size_t)k->n : 1; }
 
-static void check_case(const gcase *k) {
+static void check_case(const gcase *k, size_t index, int masked) {
     const double t0 = now_s();
     double gerr = -1.0, lerr = -1.0;
     inputs in;
-    make_inputs(k, G.seed + (uint64_t)(k - cases) * 7919, &in);
+    make_inputs(k, G.seed + (uint64_t)index * 7919, masked, &in);
     const int64_t n = k->n, c = k->c;
     double *lref = malloc(nloss(k) * sizeof(double)), *lseref = malloc(n * sizeof(double));
     double *gref = malloc((size_t)(n * c) * sizeof(double));
@@ -486,7 +494,28 @@ static void check_case(const gcase *k) {
 }
 
 START_TEST(training_ops_match_the_reference) {
-    if (test_picked((size_t)_i) && test_selected(cases[_i].name)) check_case(&cases[_i]);
+    if (test_picked((size_t)_i) && test_selected(cases[_i].name)) check_case(&cases[_i], (size_t)_i, 0);
+}
+END_TEST
+
+/* -inf logits (make_inputs' masked rows): held chunks, a stash, the plans of both ops. */
+#define MK " PASSES=1 CACHE=0 TILE=0 PERSIST=0"
+static const gcase masked_cases[] = {
+    {"masked held f32 poly", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
+     "VEC=4 TPR=128 BLOCK=128 ITEMS=8 SPLIT=1 POLY=8" MK},
+    {"masked held bf16 weights in place", 200, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 1, 0, 0, 0, FUSED, 1, 0,
+     0, 0, "VEC=8 TPR=128 BLOCK=128 ITEMS=4 SPLIT=1" MK},
+    {"masked stash f32 handoff none", 100, 50257, 0, XENT_F32, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0, FUSED, 0, 0,
+     0.5f, 0, "VEC=4 TPR=512 BLOCK=512 ITEMS=16 SPLIT=1 STASH=1 PREFETCH=2" MK},
+    {"masked plan f16 i32", 300, 1000, 0, XENT_F16, XENT_I32, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0, NULL},
+    {"masked backward f32", 200, 3000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0,
+     NULL},
+};
+#undef MK
+
+START_TEST(masked_logits_match_the_reference) {
+    const size_t i = sizeof cases / sizeof cases[0] + (size_t)_i; /* picked after the cases above */
+    if (test_picked(i) && test_selected(masked_cases[_i].name)) check_case(&masked_cases[_i], i, 1);
 }
 END_TEST
 
@@ -659,6 +688,8 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, training_ops_match_the_reference, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, masked_logits_match_the_reference, 0,
+                        (int)(sizeof masked_cases / sizeof masked_cases[0]));
     tcase_add_test(tc, bad_arguments_are_refused);
     suite_add_tcase(s, tc);
     TCase *perf = tcase_create("perf");
