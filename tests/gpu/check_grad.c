@@ -221,8 +221,8 @@ typedef struct inputs {
 } inputs;
 
 /* masked: even rows take -inf over the second half of their classes (their targets in the
- * first), and every fourth row is shifted by -300, its lse far below exp's range, so that
- * some lanes hold nothing but -inf in a row whose exponentials all underflow. */
+ * first), and every fourth row is also shifted by -300, so that its lse lies far below the
+ * range of exp (2^(-lse log2e) overflows fp32) while its -inf classes must still give 0. */
 static void make_inputs(const gcase *k, uint64_t seed, int masked, inputs *in) {
     xent_problem_init(&in->p, k->n, k->c);
     in->p.row_stride = k->c + k->pad;
@@ -498,7 +498,8 @@ START_TEST(training_ops_match_the_reference) {
 }
 END_TEST
 
-/* -inf logits (make_inputs' masked rows): held chunks, a stash, the plans of both ops. */
+/* -inf logits (make_inputs' masked rows): held chunks, a stash, the plans of both ops. A lane's
+ * vectors lie TPR apart, so each of these lanes holds classes of both halves. */
 #define MK " PASSES=1 CACHE=0 TILE=0 PERSIST=0"
 static const gcase masked_cases[] = {
     {"masked held f32 poly", 200, 4096, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, FUSED, 0, 0, 0, 0,
