@@ -239,7 +239,10 @@ static void make_inputs(const gcase *k, uint64_t seed, int masked, inputs *in) {
     for (int64_t i = 0; i < k->n * in->p.row_stride + k->offset; i++) {
         float v = (float)(urand(&s) * 10.0 - 5.0) * (k->cap > 0 ? 8.0f : 1.0f);
         const int64_t row = (i - k->offset) / in->p.row_stride, col = (i - k->offset) % in->p.row_stride;
-        if (masked && i >= k->offset && row % 2 == 0) v = col >= k->c / 2 ? -INFINITY : row % 4 ? v : v - 300.0f;
+        if (masked && i >= k->offset && row % 2 == 0) {
+            if (col >= k->c / 2) v = -INFINITY;
+            else if (row % 4 == 0) v -= 300.0f;
+        }
         put_logit(in->logits, k->dt, i, v);
     }
     in->tbytes = (size_t)k->n * (k->it == XENT_I64 ? 8 : 4);
