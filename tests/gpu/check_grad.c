@@ -139,6 +139,13 @@ static const gcase cases[] = {
      NULL},
     {"backward bf16 none", 100, 3333, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0.1f, 0, 0, BACKWARD, 0, 0, 0.25f, 0,
      NULL},
+    /* negative factors: 16-bit gradients whose f A is negative (a vector of none alternates signs) */
+    {"fused bf16 sum negative dloss", 64, 4096, 0, XENT_BF16, XENT_I64, XENT_REDUCE_SUM, 0, 0, 0, 0, FUSED, 0, 0, -2.5f,
+     0, NULL},
+    {"fused bf16 none signed dloss poly in place", 200, 2048, 0, XENT_BF16, XENT_I64, XENT_REDUCE_NONE, 0, 0, 0, 0,
+     FUSED, 1, 0, -0.5f, 0, "VEC=8 TPR=32 BLOCK=256 ITEMS=8 SPLIT=1 PASSES=1 CACHE=0 TILE=0 PERSIST=0 POLY=4"},
+    {"backward f16 none signed dloss weights", 100, 3000, 0, XENT_F16, XENT_I32, XENT_REDUCE_NONE, 1, 0, 0, 0, BACKWARD,
+     0, 0, -0.5f, 0, NULL},
     {"backward f32 odd rows", 64, 1001, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 0, 0, 0, 0, BACKWARD, 0, 0, 1.0f, 0,
      NULL},
     {"backward weights smooth", 100, 1000, 0, XENT_F32, XENT_I64, XENT_REDUCE_MEAN, 1, 0.1f, 0, 0, BACKWARD, 0, 0, 3.0f,
@@ -369,6 +376,15 @@ static double check_gradient(const gcase *k, const inputs *in, const dev *d, con
 
 static size_t nloss(const gcase *k) { return k->red == XENT_REDUCE_NONE ? (size_t)k->n : 1; }
 
+/* Row i's dloss: 1 where the case gives none; for reduction none, 1 to 3 times the case's value, a
+ * negative value alternating its sign from row to row. */
+static float dloss_of(const gcase *k, int64_t i) {
+    if (k->dloss == 0) return 1.0f;
+    if (k->red != XENT_REDUCE_NONE) return k->dloss;
+    const float f = k->dloss * (float)(1 + i % 3);
+    return k->dloss < 0 && i % 2 ? -f : f;
+}
+
 static void check_case(const gcase *k, size_t index, int masked) {
     const double t0 = now_s();
     double gerr = -1.0, lerr = -1.0;
@@ -378,8 +394,7 @@ static void check_case(const gcase *k, size_t index, int masked) {
     double *lref = malloc(nloss(k) * sizeof(double)), *lseref = malloc(n * sizeof(double));
     double *gref = malloc((size_t)(n * c) * sizeof(double));
     float *hd = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        hd[i] = k->dloss != 0 ? k->dloss * (k->red == XENT_REDUCE_NONE ? (float)(1 + i % 3) : 1.0f) : 1.0f;
+    for (int64_t i = 0; i < n; i++) hd[i] = dloss_of(k, i);
     const void *x0 = (const char *)in.logits + (size_t)k->offset * esz(k->dt); /* what the device reads */
     ck_assert_int_eq(xent_ref_train(&in.p, x0, in.targets, in.weights, hd, lref, lseref, gref, 1), XENT_OK);
 
