@@ -21,6 +21,10 @@ Segment counts that are not powers of two (18, 19, 37, 38 at n = 7: about one or
 SM of 132) ask whether an even spread of blocks over the SMs is worth what xent's powers of two
 leave uneven; "publish" (segments that publish and leave) times the read and the blocks'
 reductions without any combine, so that arrive - publish is what this probe's combine costs.
+"masked" publishes as well, but issues each round's eight loads at once even where a segment
+holds fewer vectors than a round (publish then loads them one at a time), in two forms: "fold"
+folds each vector into the running (max, sum) as it is consumed, "chunk" takes the round's max
+first, as xent's chunks do, so that its exponentials wait for the round's last load.
 """
 import argparse
 
@@ -102,6 +106,52 @@ __device__ ms segment(const float *x, long long c, int r, long long a, long long
     return w[0];
 }
 
+/* As segment, but every round issues its eight loads masked (a lane past the segment loads
+ * nothing), so that a segment of fewer than eight vectors a thread still has all of them in
+ * flight at once. CHUNK=0 folds the vectors in one by one as they are consumed (a rescale a
+ * vector); CHUNK=1 takes the round's max first and then every exponential against it, as xent's
+ * chunks do, so that no exponential starts before the round's last load is in. */
+__device__ ms segment_masked(const float *x, long long c, int r, long long a, long long b) {
+    long long ga = (long long)r * c + a, gb = (long long)r * c + b;
+    long long va = (ga + 3) / 4, vb = gb / 4;
+    if (va > vb) va = vb;
+    ms t{NEG_INF, 0.f};
+    const float4 *x4 = (const float4 *)x;
+    const float4 none = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    for (long long v = va + threadIdx.x; v < vb; v += 8 * BLOCK) {
+        float4 q[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = v + i * BLOCK < vb ? ld_cs(x4 + v + i * BLOCK) : none;
+#if CHUNK
+        float m = t.m;
+#pragma unroll
+        for (int i = 0; i < 8; i++) m = fmaxf(fmaxf(fmaxf(m, q[i].x), fmaxf(q[i].y, q[i].z)), q[i].w);
+        float s = t.s * __expf(t.m - m);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s += __expf(q[i].x - m) + __expf(q[i].y - m) + __expf(q[i].z - m) + __expf(q[i].w - m);
+        t = ms{m, s};
+#else
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (v + i * BLOCK < vb) t = add4(t, q[i]);
+#endif
+    }
+    for (long long e = ga + threadIdx.x; e < 4 * va; e += BLOCK) t = add1(t, x[e]);
+    for (long long e = 4 * vb + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
+    __shared__ ms w[BLOCK / 32];
+#pragma unroll
+    for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
+    if ((threadIdx.x & 31) == 0) w[threadIdx.x / 32] = t;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < BLOCK / 32; i++) t = merge(t, w[i]);
+        w[0] = t;
+    }
+    __syncthreads();
+    return w[0];
+}
+
 /* The last arrival: merge each row's P partials, the mean loss. */
 __device__ void finish(const float *x, long long c, int n, const long long *tg, const float2 *parts, int P,
                        float *out) {
@@ -129,10 +179,10 @@ __device__ __forceinline__ bool arrive_last(unsigned *ticket, unsigned total) {
 }
 
 /* Block b's segment: segment b % S of row b / S, the row cut into S near-equal parts. */
-__device__ ms block_segment(const float *x, long long c, int S) {
+__device__ ms block_segment(const float *x, long long c, int S, bool masked = false) {
     int r = blockIdx.x / S, s = blockIdx.x % S;
     long long per = (c + S - 1) / S, a = s * per, b = min(c, a + per);
-    return segment(x, c, r, a, b);
+    return masked ? segment_masked(x, c, r, a, b) : segment(x, c, r, a, b);
 }
 
 /* The segments alone: each publishes its partial and leaves (no arrival, no loss): what the
@@ -141,6 +191,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) publish(const float *x, long
                                                            const long long *tg, float2 *parts, unsigned *ticket,
                                                            float *out) {
     ms t = block_segment(x, c, S);
+    if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
+}
+
+/* publish over segment_masked (every round's loads in flight at once). */
+extern "C" __global__ void __launch_bounds__(BLOCK) publish_masked(const float *x, long long c, int n, int S,
+                                                                  const long long *tg, float2 *parts,
+                                                                  unsigned *ticket, float *out) {
+    ms t = block_segment(x, c, S, true);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
 }
 
@@ -204,6 +262,14 @@ def timeit(fn):
     return back_to_back_us(torch, fn, 200)
 
 
+def loss_of_parts(parts, n, S, xt, tt):
+    """The mean loss from the n * S (max, sum) partials a publish kernel left, merged by torch."""
+    p = torch.as_tensor(parts.get()[: 2 * n * S].reshape(n, S, 2), dtype=torch.float64)
+    m = p[..., 0].max(dim=1).values
+    lse = m + torch.log((p[..., 1] * torch.exp(p[..., 0] - m[:, None])).sum(dim=1))
+    return (lse.cuda() - xt.double().gather(1, tt[:, None])[:, 0]).mean().item()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=7)
@@ -235,6 +301,15 @@ def main():
         med = timeit(f)
         print("publish S=%-4d     %8.2f us  x%.3f  (%d blocks; no combine)" %
               (S, med, med / floor, n * S))
+    for chunk in (0, 1):
+        pm = cp.RawModule(code=SRC, options=("-std=c++17", "-DCHUNK=%d" % chunk)).get_function("publish_masked")
+        for S in args.segments:
+            f = lambda: pm((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
+            med = timeit(f)
+            got = loss_of_parts(parts, n, S, xt, tt)
+            print("masked%s S=%-4d %8.2f us  x%.3f  loss %.6f %s" %
+                  (" chunk" if chunk else " fold ", S, med, med / floor, got,
+                   "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
     ar = floor_mod.get_function("arrive")
     for S in args.segments:
         f = lambda: ar((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
