@@ -70,25 +70,11 @@ __device__ __forceinline__ ms add4(ms a, float4 v) {
 }
 __device__ __forceinline__ ms add1(ms a, float v) { return merge(a, ms{v, 1.f}); }
 
-/* The (max, sum) of elements [a, b) of row r, by this block. */
-__device__ ms segment(const float *x, long long c, int r, long long a, long long b) {
-    const float *row = x + (long long)r * c;
-    long long ga = (long long)r * c + a, gb = (long long)r * c + b;
-    long long va = (ga + 3) / 4, vb = gb / 4; /* aligned vectors [va, vb) of the whole array */
-    if (va > vb) va = vb = 0;
-    ms t{NEG_INF, 0.f};
-    const float4 *x4 = (const float4 *)x;
-    long long v = va + threadIdx.x;
-    for (; v + 7 * BLOCK < vb; v += 8 * BLOCK) {
-        float4 q[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = ld_cs(x4 + v + i * BLOCK);
-#pragma unroll
-        for (int i = 0; i < 8; i++) t = add4(t, q[i]);
-    }
-    for (; v < vb; v += BLOCK) t = add4(t, ld_cs(x4 + v));
-    if (va == vb) { /* no vector: all scalar */
-        for (long long e = a + threadIdx.x; e < b; e += BLOCK) t = add1(t, row[e]);
+/* A segment's end: the elements of [ga, gb) outside its aligned vectors [va, vb) (all of them
+ * where it has none) into the thread's t, then the block's (max, sum). */
+__device__ ms segment_tail(const float *x, long long ga, long long gb, long long va, long long vb, ms t) {
+    if (va >= vb) { /* no vector: all scalar */
+        for (long long e = ga + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
     } else {
         for (long long e = ga + threadIdx.x; e < 4 * va; e += BLOCK) t = add1(t, x[e]);
         for (long long e = 4 * vb + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
@@ -106,6 +92,24 @@ __device__ ms segment(const float *x, long long c, int r, long long a, long long
     return w[0];
 }
 
+/* The (max, sum) of elements [a, b) of row r, by this block. */
+__device__ ms segment(const float *x, long long c, int r, long long a, long long b) {
+    long long ga = (long long)r * c + a, gb = (long long)r * c + b;
+    long long va = (ga + 3) / 4, vb = gb / 4; /* aligned vectors [va, vb) of the whole array (none: va >= vb) */
+    ms t{NEG_INF, 0.f};
+    const float4 *x4 = (const float4 *)x;
+    long long v = va + threadIdx.x;
+    for (; v + 7 * BLOCK < vb; v += 8 * BLOCK) {
+        float4 q[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = ld_cs(x4 + v + i * BLOCK);
+#pragma unroll
+        for (int i = 0; i < 8; i++) t = add4(t, q[i]);
+    }
+    for (; v < vb; v += BLOCK) t = add4(t, ld_cs(x4 + v));
+    return segment_tail(x, ga, gb, va, vb, t);
+}
+
 /* As segment, but every round issues its eight loads masked (a lane past the segment loads
  * nothing), so that a segment of fewer than eight vectors a thread still has all of them in
  * flight at once. CHUNK=0 folds the vectors in one by one as they are consumed (a rescale a
@@ -113,8 +117,7 @@ __device__ ms segment(const float *x, long long c, int r, long long a, long long
  * chunks do, so that no exponential starts before the round's last load is in. */
 __device__ ms segment_masked(const float *x, long long c, int r, long long a, long long b) {
     long long ga = (long long)r * c + a, gb = (long long)r * c + b;
-    long long va = (ga + 3) / 4, vb = gb / 4;
-    if (va > vb) va = vb;
+    long long va = (ga + 3) / 4, vb = gb / 4; /* none where va >= vb: the loop below skips */
     ms t{NEG_INF, 0.f};
     const float4 *x4 = (const float4 *)x;
     const float4 none = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
@@ -137,19 +140,7 @@ __device__ ms segment_masked(const float *x, long long c, int r, long long a, lo
             if (v + i * BLOCK < vb) t = add4(t, q[i]);
 #endif
     }
-    for (long long e = ga + threadIdx.x; e < 4 * va; e += BLOCK) t = add1(t, x[e]);
-    for (long long e = 4 * vb + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
-    __shared__ ms w[BLOCK / 32];
-#pragma unroll
-    for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
-    if ((threadIdx.x & 31) == 0) w[threadIdx.x / 32] = t;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < BLOCK / 32; i++) t = merge(t, w[i]);
-        w[0] = t;
-    }
-    __syncthreads();
-    return w[0];
+    return segment_tail(x, ga, gb, va, vb, t);
 }
 
 /* The last arrival: merge each row's P partials, the mean loss. */
