@@ -299,24 +299,31 @@ static double grad_err(const gcase *k, const inputs *in, const void *g, const do
     xent_err_acc acc = {0};
     const int64_t stride = in->p.row_stride;
     *w = (worst){-1, -1, -1, 0.0};
+    /* one assertion a row, not an element: each passing ck_assert records its place through
+     * Check's message channel (about 1.5 us), a minute a check of a case of 15M elements */
     for (int64_t i = 0; i < k->n; i++) {
         int64_t t = k->it == XENT_I64 ? ((int64_t *)in->targets)[i] : ((int32_t *)in->targets)[i];
         const double before = acc.d2;
         worst row = {i, -1, -1, 0.0};
+        int64_t nonzero = -1, nan_at = -1, pad_at = -1; /* the first such column, if any */
         for (int64_t j = 0; j < k->c; j++) {
             const double v = xent_ref_elem(g, k->dt, k->offset + i * stride + j);
             const double r = xent_ref_round(k->dt, ref[i * k->c + j]);
-            if (t == -100) ck_assert_msg(v == 0.0, "%s: ignored row %lld has gradient %g", k->name, (long long)i, v);
-            ck_assert_msg(!isnan(v), "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)j);
+            if (t == -100 && v != 0.0 && nonzero < 0) nonzero = j;
+            if (isnan(v) && nan_at < 0) nan_at = j;
             xent_err_acc_add(&acc, v, r);
             if (v != r) row.first = row.first < 0 ? j : row.first, row.last = j;
         }
+        ck_assert_msg(nonzero < 0, "%s: ignored row %lld has gradient %g at column %lld", k->name, (long long)i,
+                      nonzero < 0 ? 0.0 : xent_ref_elem(g, k->dt, k->offset + i * stride + nonzero), (long long)nonzero);
+        ck_assert_msg(nan_at < 0, "%s: NaN gradient at %lld,%lld", k->name, (long long)i, (long long)nan_at);
         row.d2 = acc.d2 - before;
         if (row.d2 > w->d2) *w = row;
         if (!k->inplace)
-            for (int64_t j = k->c; j < stride; j++)
-                ck_assert_msg(((const unsigned char *)g)[(k->offset + i * stride + j) * esz(k->dt)] == 0xFF,
-                              "%s: padding of row %lld written", k->name, (long long)i);
+            for (int64_t j = k->c; j < stride && pad_at < 0; j++)
+                if (((const unsigned char *)g)[(k->offset + i * stride + j) * esz(k->dt)] != 0xFF) pad_at = j;
+        ck_assert_msg(pad_at < 0, "%s: padding of row %lld written at column %lld", k->name, (long long)i,
+                      (long long)pad_at);
     }
     return xent_err_acc_value(&acc);
 }
