@@ -55,6 +55,9 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const unsigned char *src
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  :: "r"(dst), "l"(src), "r"(sz), "r"(bar) : "memory");
 }
+__device__ __forceinline__ unsigned chunk_bytes(long long k, long long bytes) {
+    return (unsigned)min((long long)CH, bytes - k * CH); /* the last chunk may be short */
+}
 __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
     asm volatile("{\n\t.reg .pred p;\n\tWAIT:\n\t"
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra WAIT;\n\t}"
@@ -70,19 +73,19 @@ extern "C" __global__ void __launch_bounds__(32) bulk_k(const unsigned char *x, 
     asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
     for (int s = 0; s < STAGES; s++) {
         long long k = blockIdx.x + s * step;
-        if (k < chunks) bulk_load(sbuf + s * CH, x + k * CH, (unsigned)min((long long)CH, bytes - k * CH), sbar + 8 * s);
+        if (k < chunks) bulk_load(sbuf + s * CH, x + k * CH, chunk_bytes(k, bytes), sbar + 8 * s);
     }
     int j = 0;
     for (long long k = blockIdx.x; k < chunks; k += step, j++) {
         const int s = j % STAGES;
         bar_wait(sbar + 8 * s, (j / STAGES) & 1);
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n\tcp.async.bulk.commit_group;"
-                     :: "l"(g + k * CH), "r"(sbuf + s * CH), "r"((unsigned)min((long long)CH, bytes - k * CH)) : "memory");
+                     :: "l"(g + k * CH), "r"(sbuf + s * CH), "r"(chunk_bytes(k, bytes)) : "memory");
         if (j == 0) continue;
         asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); /* the previous chunk's store has read it */
         const long long kn = k + (STAGES - 1) * step; /* that stage's next chunk */
         const int sp = (j - 1) % STAGES;
-        if (kn < chunks) bulk_load(sbuf + sp * CH, x + kn * CH, (unsigned)min((long long)CH, bytes - kn * CH), sbar + 8 * sp);
+        if (kn < chunks) bulk_load(sbuf + sp * CH, x + kn * CH, chunk_bytes(kn, bytes), sbar + 8 * sp);
     }
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
