@@ -1,30 +1,34 @@
 #!/usr/bin/env python3
-"""Few rows of a huge vocabulary: what one level of arrivals costs, and whether a cluster
-merge in distributed shared memory before it is cheaper (docs/performance.md, "Few rows").
+"""Few rows of a huge vocabulary: what reading a row in segments costs beside one read of the
+logits, and what one level of arrivals adds (docs/performance.md, "Few rows").
 
-Stand-alone kernels over the same n x c fp32 logits, each timed back to back in one
-process (CUDA events, the median of a few batches), each result checked against torch:
-  read      the floor: every block reads 32 KB, eight 16-byte loads a thread, and stores one
-            word only if a value is NaN (nothing else), so that the loads are not dropped;
-  arrive    a row is cut into S segments of one 256-thread block each; every block publishes
-            its (max, sum of exponentials) and counts its arrival on one counter; the last
-            block's first warp merges the rows one after another and writes the mean loss (one
-            level of arrivals as in xent, but a serial merge: slower than xent's, whose lanes
-            merge the rows together, so only the publish rows compare with xent);
-  cluster   the same segments in clusters of CL blocks (__cluster_dims__): each cluster
-            merges its blocks' sums through distributed shared memory first, and only the
-            cluster's first block publishes and arrives, so S / CL arrivals a row.
+Stand-alone kernels over the same n x c fp32 logits, 256-thread blocks, a block a segment of S
+a row, each timed back to back in one process (CUDA events, the median of a few batches), each
+result checked against float64 torch:
+  read          the floor: every block reads 32 KB, eight 16-byte loads a thread, and stores
+                one word only if a value is NaN, so that the loads are not dropped;
+  publish       segments cut at elements (ceil(c / S) each), each publishing its (max, sum of
+                exponentials) and leaving; vectors loaded eight a round while a round fills,
+                then one at a time, then the scalars outside the aligned vectors;
+  masked fold / masked chunk
+                the same cut, every round's eight loads issued at once even where the segment
+                holds fewer ("fold" folds each vector into the running (max, sum) as it is
+                consumed, "chunk" takes the round's max first, as xent's chunks do);
+  aligned       xent's cut: whole vectors a segment, the row's scalar ends loaded by its first
+                and last segments with their first round, the target logit picked from the
+                registers of the block that loaded it and published beside its partial;
+  arrive        aligned, then one level of arrivals: every block on one counter, the last
+                merges every row (a warp a row, side by side) and writes the mean, as xent's
+                one-level finish;
+  cluster       arrive, with each cluster of CL blocks (__cluster_dims__) merging its segments
+                in distributed shared memory first: S / CL arrivals a row.
 
     python3 bench/few_rows_probe.py [--n 7] [--c 1000003] [--segments 16 32 64] [--cluster 2 4 8]
 
-Segment counts that are not powers of two (18, 19, 37, 38 at n = 7: about one or two blocks an
-SM of 132) ask whether an even spread of blocks over the SMs is worth what xent's powers of two
-leave uneven; "publish" (segments that publish and leave) times the read and the blocks'
-reductions without any combine, so that arrive - publish is what this probe's combine costs.
-"masked" publishes as well, but issues each round's eight loads at once even where a segment
-holds fewer vectors than a round (publish then loads them one at a time), in two forms: "fold"
-folds each vector into the running (max, sum) as it is consumed, "chunk" takes the round's max
-first, as xent's chunks do, so that its exponentials wait for the round's last load.
+arrive - aligned is what the combine costs; aligned - masked chunk what the element cut's
+second round trip (its scalars after its round) cost. Segment counts that are not powers of two
+(18, 19, 37, 38 at n = 7: about one or two blocks an SM of 132) ask whether an even spread of
+blocks over the SMs is worth what xent's powers of two leave uneven.
 """
 import argparse
 
@@ -38,13 +42,16 @@ SRC = r"""
 #ifndef CL
 #define CL 1
 #endif
+/* Five 256-thread blocks an SM at least (48 registers): left alone the aligned kernels took 52,
+ * four blocks; at six they spill (ptxas -v, sm_90, CHUNK=1). The read takes 40 either way. */
+#define MIN_BLOCKS 5
 #define NEG_INF __int_as_float(0xff800000)
 __device__ __forceinline__ float4 ld_cs(const float4 *p) {
     float4 v;
     asm volatile("ld.global.cs.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
     return v;
 }
-extern "C" __global__ void __launch_bounds__(BLOCK) read_floor(const float4 *x, long long nvec, float *sink) {
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) read_floor(const float4 *x, long long nvec, float *sink) {
     long long base = (long long)blockIdx.x * (BLOCK * 8) + threadIdx.x;
     float4 v[8];
 #pragma unroll
@@ -70,15 +77,8 @@ __device__ __forceinline__ ms add4(ms a, float4 v) {
 }
 __device__ __forceinline__ ms add1(ms a, float v) { return merge(a, ms{v, 1.f}); }
 
-/* A segment's end: the elements of [ga, gb) outside its aligned vectors [va, vb) (all of them
- * where it has none) into the thread's t, then the block's (max, sum). */
-__device__ ms segment_tail(const float *x, long long ga, long long gb, long long va, long long vb, ms t) {
-    if (va >= vb) { /* no vector: all scalar */
-        for (long long e = ga + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
-    } else {
-        for (long long e = ga + threadIdx.x; e < 4 * va; e += BLOCK) t = add1(t, x[e]);
-        for (long long e = 4 * vb + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
-    }
+/* The block's (max, sum) of its threads' t, in every thread. */
+__device__ ms block_merge(ms t) {
     __shared__ ms w[BLOCK / 32];
 #pragma unroll
     for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
@@ -90,6 +90,18 @@ __device__ ms segment_tail(const float *x, long long ga, long long gb, long long
     }
     __syncthreads();
     return w[0];
+}
+
+/* A segment's end: the elements of [ga, gb) outside its aligned vectors [va, vb) (all of them
+ * where it has none) into the thread's t, then the block's (max, sum). */
+__device__ ms segment_tail(const float *x, long long ga, long long gb, long long va, long long vb, ms t) {
+    if (va >= vb) { /* no vector: all scalar */
+        for (long long e = ga + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
+    } else {
+        for (long long e = ga + threadIdx.x; e < 4 * va; e += BLOCK) t = add1(t, x[e]);
+        for (long long e = 4 * vb + threadIdx.x; e < gb; e += BLOCK) t = add1(t, x[e]);
+    }
+    return block_merge(t);
 }
 
 /* The (max, sum) of elements [a, b) of row r, by this block. */
@@ -110,21 +122,28 @@ __device__ ms segment(const float *x, long long c, int r, long long a, long long
     return segment_tail(x, ga, gb, va, vb, t);
 }
 
-/* As segment, but every round issues its eight loads masked (a lane past the segment loads
- * nothing), so that a segment of fewer than eight vectors a thread still has all of them in
- * flight at once. CHUNK=0 folds the vectors in one by one as they are consumed (a rescale a
+/* This thread's vectors of [va, vb) into t, every round's eight loads issued at once (a lane
+ * past vb loads nothing), so that a segment of fewer than eight vectors a thread still has all
+ * of them in flight. CHUNK=0 folds the vectors in one by one as they are consumed (a rescale a
  * vector); CHUNK=1 takes the round's max first and then every exponential against it, as xent's
- * chunks do, so that no exponential starts before the round's last load is in. */
-__device__ ms segment_masked(const float *x, long long c, int r, long long a, long long b) {
-    long long ga = (long long)r * c + a, gb = (long long)r * c + b;
-    long long va = (ga + 3) / 4, vb = gb / 4; /* none where va >= vb: the loop below skips */
-    ms t{NEG_INF, 0.f};
+ * chunks do, so that no exponential starts before the round's last load is in. The thread that
+ * loaded element gt (of the whole array; -1: none) keeps it in *xt, as xent's team picks the
+ * target out of its registers. */
+__device__ ms masked_vectors(const float *x, long long va, long long vb, ms t, long long gt, float *xt) {
     const float4 *x4 = (const float4 *)x;
     const float4 none = make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+    const long long tv = gt >= 0 && gt / 4 >= va && gt / 4 < vb ? gt / 4 : -1; /* the target's vector, if here */
     for (long long v = va + threadIdx.x; v < vb; v += 8 * BLOCK) {
         float4 q[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = v + i * BLOCK < vb ? ld_cs(x4 + v + i * BLOCK) : none;
+        const long long d = tv >= 0 ? tv - v : -1; /* past this thread's first vector of the round */
+        if (d >= 0 && d < 8 * BLOCK) { /* in one thread of the grid: registers cannot be indexed */
+            const int e = (int)(gt % 4);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                if (d == i * BLOCK) *xt = e == 0 ? q[i].x : e == 1 ? q[i].y : e == 2 ? q[i].z : q[i].w;
+        }
 #if CHUNK
         float m = t.m;
 #pragma unroll
@@ -140,23 +159,76 @@ __device__ ms segment_masked(const float *x, long long c, int r, long long a, lo
             if (v + i * BLOCK < vb) t = add4(t, q[i]);
 #endif
     }
+    return t;
+}
+
+/* As segment, with masked_vectors' rounds (the elements outside the aligned vectors still after them). */
+__device__ ms segment_masked(const float *x, long long c, int r, long long a, long long b) {
+    long long ga = (long long)r * c + a, gb = (long long)r * c + b;
+    long long va = (ga + 3) / 4, vb = gb / 4; /* none where va >= vb: masked_vectors skips */
+    float unused;
+    ms t = masked_vectors(x, va, vb, ms{NEG_INF, 0.f}, -1, &unused);
     return segment_tail(x, ga, gb, va, vb, t);
 }
 
-/* The last arrival: merge each row's P partials, the mean loss. */
-__device__ void finish(const float *x, long long c, int n, const long long *tg, const float2 *parts, int P,
-                       float *out) {
-    if (threadIdx.x >= 32) return;
+/* xent's cut of row r into S segments: segment s holds whole aligned vectors of the row, ceil(nv /
+ * S) of them, and the row's scalar ends (fewer than four elements each) go to its first and
+ * last segments. Their threads load those ends before the vectors, so that no block waits
+ * another round trip for them after its round (segment_tail's scalars come after it). The block
+ * that holds the row's target element picks it from its registers: *xt, -inf elsewhere (c >= 8). */
+__device__ ms segment_aligned(const float *x, long long c, int S, const long long *tg, float *xt) {
+    int r = blockIdx.x / S, s = blockIdx.x % S;
+    long long g0 = (long long)r * c, g1 = g0 + c, gt = g0 + tg[r];
+    long long rva = (g0 + 3) / 4, rvb = g1 / 4, per = (rvb - rva + S - 1) / S;
+    long long va = min(rva + s * per, rvb), vb = min(va + per, rvb);
+    /* threads 0-3 the head [g0, 4 rva) of segment 0, threads 4-7 the tail [4 rvb, g1) of segment S - 1 */
+    long long e = threadIdx.x < 4 ? g0 + threadIdx.x : 4 * rvb + threadIdx.x - 4;
+    bool edge = threadIdx.x < 4 ? s == 0 && e < 4 * rva : threadIdx.x < 8 && s == S - 1 && e < g1;
+    float ev = edge ? __ldcs(x + e) : NEG_INF;
+    float mine = NEG_INF;
+    ms t = masked_vectors(x, va, vb, ms{NEG_INF, 0.f}, gt, &mine);
+    if (edge && e == gt) mine = ev;
+    t = add1(t, ev); /* -inf adds nothing */
+    __shared__ float picked;
+    if (threadIdx.x == 0) picked = NEG_INF;
+    __syncthreads();
+    if (mine != NEG_INF) picked = mine; /* one thread of the grid loads the target */
+    t = block_merge(t); /* its barriers order the pick before the read below */
+    *xt = picked;
+    return t;
+}
+
+/* The last arrival: a warp a row merges its P <= 128 partials (a lane each, all loaded at once),
+ * the rows side by side as xent's finish merges them, then the mean in row order. */
+__device__ void finish(const float4 *parts, int n, int P, float *out) {
+    __shared__ float row_loss[BLOCK / 32];
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
     float acc = 0.f;
-    for (int r = 0; r < n; r++) {
+    for (int r0 = 0; r0 < n; r0 += BLOCK / 32) {
+        const int r = r0 + w;
+        float4 p[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int i = lane + 32 * q;
+            p[q] = r < n && i < P ? __ldcg(parts + (long long)r * P + i) : make_float4(NEG_INF, 0.f, NEG_INF, 0.f);
+        }
         ms t{NEG_INF, 0.f};
-        for (int i = threadIdx.x; i < P; i += 32) {
-            float2 p = __ldcg(parts + (long long)r * P + i);
-            t = merge(t, ms{p.x, p.y});
+        float xt = NEG_INF;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            t = merge(t, ms{p[q].x, p[q].y});
+            xt = fmaxf(xt, p[q].z);
         }
 #pragma unroll
-        for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
-        acc += t.m + logf(t.s) - x[(long long)r * c + tg[r]];
+        for (int o = 16; o; o >>= 1) {
+            t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
+            xt = fmaxf(xt, __shfl_xor_sync(~0u, xt, o));
+        }
+        if (lane == 0) row_loss[w] = t.m + logf(t.s) - xt;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < BLOCK / 32 && r0 + i < n; i++) acc += row_loss[i];
+        __syncthreads();
     }
     if (threadIdx.x == 0) out[0] = acc / n;
 }
@@ -178,7 +250,7 @@ __device__ ms block_segment(const float *x, long long c, int S, bool masked = fa
 
 /* The segments alone: each publishes its partial and leaves (no arrival, no loss): what the
  * read and the block's reduction cost before any combine. */
-extern "C" __global__ void __launch_bounds__(BLOCK) publish(const float *x, long long c, int n, int S,
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish(const float *x, long long c, int n, int S,
                                                            const long long *tg, float2 *parts, unsigned *ticket,
                                                            float *out) {
     ms t = block_segment(x, c, S);
@@ -186,24 +258,36 @@ extern "C" __global__ void __launch_bounds__(BLOCK) publish(const float *x, long
 }
 
 /* publish over segment_masked (every round's loads in flight at once). */
-extern "C" __global__ void __launch_bounds__(BLOCK) publish_masked(const float *x, long long c, int n, int S,
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish_masked(const float *x, long long c, int n, int S,
                                                                   const long long *tg, float2 *parts,
                                                                   unsigned *ticket, float *out) {
     ms t = block_segment(x, c, S, true);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK) arrive(const float *x, long long c, int n, int S,
-                                                          const long long *tg, float2 *parts, unsigned *ticket,
+/* The segments in xent's cut, each publishing (max, sum, its target logit or -inf) and leaving. */
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish_aligned(const float *x, long long c, int n, int S,
+                                                                   const long long *tg, float4 *parts,
+                                                                   unsigned *ticket, float *out) {
+    float xt;
+    ms t = segment_aligned(x, c, S, tg, &xt);
+    if (threadIdx.x == 0) parts[blockIdx.x] = make_float4(t.m, t.s, xt, 0.f);
+}
+
+/* publish_aligned, then one level of arrivals: every segment on one counter, the last block
+ * finishes every row and the mean (as xent's one-level finish). */
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) arrive(const float *x, long long c, int n, int S,
+                                                          const long long *tg, float4 *parts, unsigned *ticket,
                                                           float *out) {
-    ms t = block_segment(x, c, S);
+    float xt;
+    ms t = segment_aligned(x, c, S, tg, &xt);
     __shared__ bool last;
     if (threadIdx.x == 0) {
-        parts[blockIdx.x] = make_float2(t.m, t.s);
+        parts[blockIdx.x] = make_float4(t.m, t.s, xt, 0.f);
         last = arrive_last(ticket, gridDim.x);
     }
     __syncthreads();
-    if (last) finish(x, c, n, tg, parts, S, out);
+    if (last) finish(parts, n, S, out);
 }
 
 __device__ __forceinline__ unsigned cta_rank() {
@@ -214,34 +298,40 @@ __device__ __forceinline__ unsigned cta_rank() {
 __device__ __forceinline__ void cl_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-__device__ __forceinline__ float2 ld_remote(const float2 *p, unsigned rank) {
+__device__ __forceinline__ float4 ld_remote(const float4 *p, unsigned rank) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p), ra;
-    float2 v;
+    float4 v;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.v2.f32 {%0,%1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(ra) : "memory");
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(ra) : "memory");
     return v;
 }
 
-extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK)
-cluster(const float *x, long long c, int n, int S, const long long *tg, float2 *parts, unsigned *ticket, float *out) {
-    ms t = block_segment(x, c, S);
-    __shared__ float2 mine;
+/* arrive, with the segments of a cluster of CL blocks merged in distributed shared memory
+ * first: only the cluster's first block publishes and arrives, S / CL arrivals a row. */
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(BLOCK, MIN_BLOCKS)
+cluster(const float *x, long long c, int n, int S, const long long *tg, float4 *parts, unsigned *ticket, float *out) {
+    float xt;
+    ms t = segment_aligned(x, c, S, tg, &xt);
+    __shared__ float4 mine;
     __shared__ bool last;
-    if (threadIdx.x == 0) mine = make_float2(t.m, t.s);
+    if (threadIdx.x == 0) mine = make_float4(t.m, t.s, xt, 0.f);
     cl_sync();
     if (cta_rank() == 0 && threadIdx.x == 0) {
         ms u{NEG_INF, 0.f};
+        float ut = NEG_INF;
         for (unsigned k = 0; k < CL; k++) {
-            float2 p = ld_remote(&mine, k);
+            float4 p = ld_remote(&mine, k);
             u = merge(u, ms{p.x, p.y});
+            ut = fmaxf(ut, p.z);
         }
-        parts[blockIdx.x / CL] = make_float2(u.m, u.s);
+        parts[blockIdx.x / CL] = make_float4(u.m, u.s, ut, 0.f);
         last = arrive_last(ticket, gridDim.x / CL);
     }
     cl_sync(); /* no block leaves while rank 0 reads its shared memory */
     if (cta_rank() == 0) {
         __syncthreads();
-        if (last) finish(x, c, n, tg, parts, S / CL, out);
+        if (last) finish(parts, n, S / CL, out);
     }
 }
 """
@@ -253,12 +343,29 @@ def timeit(fn):
     return back_to_back_us(torch, fn, 200)
 
 
-def loss_of_parts(parts, n, S, xt, tt):
-    """The mean loss from the n * S (max, sum) partials a publish kernel left, merged by torch."""
-    p = torch.as_tensor(parts.get()[: 2 * n * S].reshape(n, S, 2), dtype=torch.float64)
+def loss_of_parts(parts, n, S, width, xt, tt):
+    """The mean loss from the n * S partials a publish kernel left, merged by torch in float64: (max,
+    sum) pairs with torch's target logits (width 2), or with the target logit each row's segments
+    published, -inf but in one (width 4)."""
+    p = torch.as_tensor(parts.get()[: width * n * S].reshape(n, S, width), dtype=torch.float64)
     m = p[..., 0].max(dim=1).values
     lse = m + torch.log((p[..., 1] * torch.exp(p[..., 0] - m[:, None])).sum(dim=1))
-    return (lse.cuda() - xt.double().gather(1, tt[:, None])[:, 0]).mean().item()
+    target = p[..., 2].max(dim=1).values if width == 4 else xt.double().gather(1, tt[:, None])[:, 0].cpu()
+    return (lse - target).mean().item()
+
+
+# The kernels timed, in order: (label, kernel, defines, result). "parts2" and "parts4" merge what
+# the segments published (loss_of_parts); "out" is the kernel's own mean loss. A cluster form is
+# timed for each --cluster size.
+FORMS = [
+    ("publish", "publish", (), "parts2"),
+    ("masked fold", "publish_masked", ("-DCHUNK=0",), "parts2"),
+    ("masked chunk", "publish_masked", ("-DCHUNK=1",), "parts2"),
+    ("aligned", "publish_aligned", ("-DCHUNK=1",), "parts4"),
+    ("arrive", "arrive", ("-DCHUNK=1",), "out"),
+]
+FINISH_MAX = 128  # partials a row the finish merges (four a lane)
+OPTIONS = ("-std=c++17",)
 
 
 def main():
@@ -269,6 +376,8 @@ def main():
     ap.add_argument("--cluster", type=int, nargs="+", default=[2, 4, 8])
     args = ap.parse_args()
     n, c = args.n, args.c
+    if c < 8:
+        ap.error("--c must be 8 or more: the aligned cut gives a row's ends to its first and last segments")
     torch.manual_seed(0)
     xt = torch.randn(n, c, device="cuda") * 3
     tt = torch.randint(0, c, (n,), device="cuda")
@@ -277,48 +386,29 @@ def main():
     tg = cp.asarray(tt)
     out = cp.zeros(1, cp.float32)
     ticket = cp.zeros(1, cp.uint32)
-    parts = cp.zeros(n * max(args.segments) * 2, cp.float32)  # float2 a segment
+    parts = cp.zeros(n * max(args.segments) * 4, cp.float32)  # up to float4 a segment
     sink = cp.zeros(1, cp.float32)
     nvec = n * c // 4
-    floor_mod = cp.RawModule(code=SRC, options=("-std=c++17",))
-    rd = floor_mod.get_function("read_floor")
+    rd = cp.RawModule(code=SRC, options=OPTIONS).get_function("read_floor")
     blocks = (nvec + 2047) // 2048
     floor = timeit(lambda: rd((blocks,), (256,), (x, cp.int64(nvec), sink)))
     print("%dx%d fp32, %.1f MB; want %.6f" % (n, c, n * c * 4 / 1e6, want))
-    print("read               %8.2f us" % floor)
-    pub = floor_mod.get_function("publish")
-    for S in args.segments:
-        f = lambda: pub((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-        med = timeit(f)
-        print("publish S=%-4d     %8.2f us  x%.3f  (%d blocks; no combine)" %
-              (S, med, med / floor, n * S))
-    for chunk in (0, 1):
-        pm = cp.RawModule(code=SRC, options=("-std=c++17", "-DCHUNK=%d" % chunk)).get_function("publish_masked")
+    print("read                    %8.2f us" % floor)
+    forms = list(FORMS) + [("cluster CL=%d" % k, "cluster", ("-DCHUNK=1", "-DCL=%d" % k), "out") for k in args.cluster]
+    for label, kernel, defines, result in forms:
+        fn = cp.RawModule(code=SRC, options=OPTIONS + defines).get_function(kernel)
+        cl = int(defines[-1][len("-DCL="):]) if kernel == "cluster" else 1
         for S in args.segments:
-            f = lambda: pm((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-            med = timeit(f)
-            got = loss_of_parts(parts, n, S, xt, tt)
-            print("masked%s S=%-4d %8.2f us  x%.3f  loss %.6f %s" %
-                  (" chunk" if chunk else " fold ", S, med, med / floor, got,
-                   "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
-    ar = floor_mod.get_function("arrive")
-    for S in args.segments:
-        f = lambda: ar((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
-        med = timeit(f)
-        got = float(out.get()[0])
-        print("arrive  S=%-4d     %8.2f us  x%.3f  loss %.6f %s" %
-              (S, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
-    for CL in args.cluster:
-        mod = cp.RawModule(code=SRC, options=("-std=c++17", "-DCL=%d" % CL))
-        cl = mod.get_function("cluster")
-        for S in args.segments:
-            if S % CL:
+            if S % cl or (result == "out" and S // cl > FINISH_MAX):
                 continue
-            f = lambda: cl((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
+            f = lambda: fn((n * S,), (256,), (x, cp.int64(c), cp.int32(n), cp.int32(S), tg, parts, ticket, out))
             med = timeit(f)
-            got = float(out.get()[0])
-            print("cluster S=%-4d CL=%d %8.2f us  x%.3f  loss %.6f %s" %
-                  (S, CL, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
+            if result == "out":
+                got = float(out.get()[0])
+            else:
+                got = loss_of_parts(parts, n, S, int(result[-1]), xt, tt)
+            print("%-14s S=%-4d %8.2f us  x%.3f  loss %.6f %s" %
+                  (label, S, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
 
 
 if __name__ == "__main__":
