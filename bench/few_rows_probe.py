@@ -45,13 +45,14 @@ SRC = r"""
 /* Five 256-thread blocks an SM at least (48 registers): left alone the aligned kernels took 52,
  * four blocks; at six they spill (ptxas -v, sm_90, CHUNK=1). The read takes 40 either way. */
 #define MIN_BLOCKS 5
+#define KERNEL extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 #define NEG_INF __int_as_float(0xff800000)
 __device__ __forceinline__ float4 ld_cs(const float4 *p) {
     float4 v;
     asm volatile("ld.global.cs.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
     return v;
 }
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) read_floor(const float4 *x, long long nvec, float *sink) {
+KERNEL read_floor(const float4 *x, long long nvec, float *sink) {
     long long base = (long long)blockIdx.x * (BLOCK * 8) + threadIdx.x;
     float4 v[8];
 #pragma unroll
@@ -250,25 +251,22 @@ __device__ ms block_segment(const float *x, long long c, int S, bool masked = fa
 
 /* The segments alone: each publishes its partial and leaves (no arrival, no loss): what the
  * read and the block's reduction cost before any combine. */
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish(const float *x, long long c, int n, int S,
-                                                           const long long *tg, float2 *parts, unsigned *ticket,
-                                                           float *out) {
+KERNEL publish(const float *x, long long c, int n, int S, const long long *tg, float2 *parts,
+               unsigned *ticket, float *out) {
     ms t = block_segment(x, c, S);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
 }
 
 /* publish over segment_masked (every round's loads in flight at once). */
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish_masked(const float *x, long long c, int n, int S,
-                                                                  const long long *tg, float2 *parts,
-                                                                  unsigned *ticket, float *out) {
+KERNEL publish_masked(const float *x, long long c, int n, int S, const long long *tg, float2 *parts,
+                      unsigned *ticket, float *out) {
     ms t = block_segment(x, c, S, true);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float2(t.m, t.s);
 }
 
 /* The segments in xent's cut, each publishing (max, sum, its target logit or -inf) and leaving. */
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish_aligned(const float *x, long long c, int n, int S,
-                                                                   const long long *tg, float4 *parts,
-                                                                   unsigned *ticket, float *out) {
+KERNEL publish_aligned(const float *x, long long c, int n, int S, const long long *tg, float4 *parts,
+                       unsigned *ticket, float *out) {
     float xt;
     ms t = segment_aligned(x, c, S, tg, &xt);
     if (threadIdx.x == 0) parts[blockIdx.x] = make_float4(t.m, t.s, xt, 0.f);
@@ -276,9 +274,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) publish_aligned(
 
 /* publish_aligned, then one level of arrivals: every segment on one counter, the last block
  * finishes every row and the mean (as xent's one-level finish). */
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) arrive(const float *x, long long c, int n, int S,
-                                                          const long long *tg, float4 *parts, unsigned *ticket,
-                                                          float *out) {
+KERNEL arrive(const float *x, long long c, int n, int S, const long long *tg, float4 *parts, unsigned *ticket,
+              float *out) {
     float xt;
     ms t = segment_aligned(x, c, S, tg, &xt);
     __shared__ bool last;
