@@ -139,7 +139,9 @@ __device__ ms masked_vectors(const float *x, long long va, long long vb, ms t, l
 #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = v + i * BLOCK < vb ? ld_cs(x4 + v + i * BLOCK) : none;
         const long long d = tv >= 0 ? tv - v : -1; /* past this thread's first vector of the round */
-        if (d >= 0 && d < 8 * BLOCK) { /* in one thread of the grid: registers cannot be indexed */
+        /* One thread of the grid comes in. It selects the vector rather than indexing q: registers
+         * cannot be indexed, and q[d / BLOCK] put the round in local memory. */
+        if (d >= 0 && d < 8 * BLOCK) {
             const int e = (int)(gt % 4);
 #pragma unroll
             for (int i = 0; i < 8; i++)
