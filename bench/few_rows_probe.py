@@ -78,11 +78,17 @@ __device__ __forceinline__ ms add4(ms a, float4 v) {
 }
 __device__ __forceinline__ ms add1(ms a, float v) { return merge(a, ms{v, 1.f}); }
 
+/* The warp's (max, sum) of its lanes' t, in every lane. */
+__device__ __forceinline__ ms warp_merge(ms t) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
+    return t;
+}
+
 /* The block's (max, sum) of its threads' t, in every thread. */
 __device__ ms block_merge(ms t) {
     __shared__ ms w[BLOCK / 32];
-#pragma unroll
-    for (int o = 16; o; o >>= 1) t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
+    t = warp_merge(t);
     if ((threadIdx.x & 31) == 0) w[threadIdx.x / 32] = t;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -222,11 +228,9 @@ __device__ void finish(const float4 *parts, int n, int P, float *out) {
             t = merge(t, ms{p[q].x, p[q].y});
             xt = fmaxf(xt, p[q].z);
         }
+        t = warp_merge(t);
 #pragma unroll
-        for (int o = 16; o; o >>= 1) {
-            t = merge(t, ms{__shfl_xor_sync(~0u, t.m, o), __shfl_xor_sync(~0u, t.s, o)});
-            xt = fmaxf(xt, __shfl_xor_sync(~0u, xt, o));
-        }
+        for (int o = 16; o; o >>= 1) xt = fmaxf(xt, __shfl_xor_sync(~0u, xt, o));
         if (lane == 0) row_loss[w] = t.m + logf(t.s) - xt;
         __syncthreads();
         if (threadIdx.x == 0)
@@ -353,15 +357,15 @@ def loss_of_parts(parts, n, S, width, xt, tt):
     return (lse - target).mean().item()
 
 
-# The kernels timed, in order: (label, kernel, defines, result). "parts2" and "parts4" merge what
-# the segments published (loss_of_parts); "out" is the kernel's own mean loss. A cluster form is
-# timed for each --cluster size.
+# The kernels timed, in order: (label, kernel, defines, blocks a cluster, result). The result is the
+# kernel's own mean loss ("out"), or the partials it published merged by torch (loss_of_parts): (max,
+# sum) pairs with torch's target logits ("pairs"), or beside the target logit it picked ("picked").
 FORMS = [
-    ("publish", "publish", (), "parts2"),
-    ("masked fold", "publish_masked", ("-DCHUNK=0",), "parts2"),
-    ("masked chunk", "publish_masked", ("-DCHUNK=1",), "parts2"),
-    ("aligned", "publish_aligned", ("-DCHUNK=1",), "parts4"),
-    ("arrive", "arrive", ("-DCHUNK=1",), "out"),
+    ("publish", "publish", (), 1, "pairs"),
+    ("masked fold", "publish_masked", ("-DCHUNK=0",), 1, "pairs"),
+    ("masked chunk", "publish_masked", ("-DCHUNK=1",), 1, "pairs"),
+    ("aligned", "publish_aligned", ("-DCHUNK=1",), 1, "picked"),
+    ("arrive", "arrive", ("-DCHUNK=1",), 1, "out"),
 ]
 FINISH_MAX = 128  # partials a row the finish merges (four a lane)
 OPTIONS = ("-std=c++17",)
@@ -393,10 +397,9 @@ def main():
     floor = timeit(lambda: rd((blocks,), (256,), (x, cp.int64(nvec), sink)))
     print("%dx%d fp32, %.1f MB; want %.6f" % (n, c, n * c * 4 / 1e6, want))
     print("read                    %8.2f us" % floor)
-    forms = list(FORMS) + [("cluster CL=%d" % k, "cluster", ("-DCHUNK=1", "-DCL=%d" % k), "out") for k in args.cluster]
-    for label, kernel, defines, result in forms:
+    forms = FORMS + [("cluster CL=%d" % k, "cluster", ("-DCHUNK=1", "-DCL=%d" % k), k, "out") for k in args.cluster]
+    for label, kernel, defines, cl, result in forms:
         fn = cp.RawModule(code=SRC, options=OPTIONS + defines).get_function(kernel)
-        cl = int(defines[-1][len("-DCL="):]) if kernel == "cluster" else 1
         for S in args.segments:
             if S % cl or (result == "out" and S // cl > FINISH_MAX):
                 continue
@@ -405,7 +408,7 @@ def main():
             if result == "out":
                 got = float(out.get()[0])
             else:
-                got = loss_of_parts(parts, n, S, int(result[-1]), xt, tt)
+                got = loss_of_parts(parts, n, S, 4 if result == "picked" else 2, xt, tt)
             print("%-14s S=%-4d %8.2f us  x%.3f  loss %.6f %s" %
                   (label, S, med, med / floor, got, "ok" if abs(got - want) < 1e-4 * abs(want) else "WRONG"))
 
