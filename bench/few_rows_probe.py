@@ -17,6 +17,8 @@ result checked against float64 torch:
   aligned       xent's cut: whole vectors a segment, the row's scalar ends loaded by its first
                 and last segments with their first round, the target logit picked from the
                 registers of the block that loaded it and published beside its partial;
+  ticket        aligned, each block then counting its arrival on one counter, and the last
+                merging nothing;
   arrive        aligned, then one level of arrivals: every block on one counter, the last
                 merges every row (a warp a row, side by side) and writes the mean, as xent's
                 one-level finish;
@@ -25,8 +27,9 @@ result checked against float64 torch:
 
     python3 bench/few_rows_probe.py [--n 7] [--c 1000003] [--segments 16 32 64] [--cluster 2 4 8]
 
-arrive - aligned is what the combine costs; aligned - masked chunk what the element cut's
-second round trip (its scalars after its round) cost. Segment counts that are not powers of two
+arrive - aligned is what the combine costs (ticket - aligned its atomic, arrive - ticket the
+last block's merge); aligned - masked chunk what the element cut's second round trip (its
+scalars after its round) cost. Segment counts that are not powers of two
 (18, 19, 37, 38 at n = 7: about one or two blocks an SM of 132) ask whether an even spread of
 blocks over the SMs is worth what xent's powers of two leave uneven.
 """
@@ -293,6 +296,19 @@ KERNEL arrive(const float *x, long long c, int n, int S, const long long *tg, fl
     if (last) finish(parts, n, S, out);
 }
 
+/* publish_aligned and the arrival alone: every block counts itself on the one counter and the
+ * last merges nothing, so that arrive - ticket is the finish's pass and ticket - aligned the
+ * atomic's round trip. */
+KERNEL ticket_only(const float *x, long long c, int n, int S, const long long *tg, float4 *parts,
+                   unsigned *ticket, float *out) {
+    float xt;
+    ms t = segment_aligned(x, c, S, tg, &xt);
+    if (threadIdx.x == 0) {
+        parts[blockIdx.x] = make_float4(t.m, t.s, xt, 0.f);
+        if (arrive_last(ticket, gridDim.x)) out[0] = 0.f;
+    }
+}
+
 __device__ __forceinline__ unsigned cta_rank() {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -365,6 +381,7 @@ FORMS = [
     ("masked fold", "publish_masked", ("-DCHUNK=0",), 1, "pairs"),
     ("masked chunk", "publish_masked", ("-DCHUNK=1",), 1, "pairs"),
     ("aligned", "publish_aligned", ("-DCHUNK=1",), 1, "picked"),
+    ("ticket", "ticket_only", ("-DCHUNK=1",), 1, "picked"),
     ("arrive", "arrive", ("-DCHUNK=1",), 1, "out"),
 ]
 FINISH_MAX = 128  # partials a row the finish merges (four a lane)
