@@ -182,9 +182,41 @@ static void evict_first(xent_config *cfg) {
     if (!cfg->tile && cfg->cache == 0) cfg->cache = 2;
 }
 
+/* 16-bit rows of at most this many bytes whose stride is odd, in problems of
+ * at most TILE_ODD_MAX_BYTES, are staged (below). */
+#define TILE_ODD_ROW_BYTES 32
+#define TILE_ODD_MAX_BYTES 65536
+
+/* Short 16-bit rows on an odd stride start off every 4-byte boundary, so a
+ * team loads them an element at a time; a warp that stages 32 of them in
+ * shared memory by 16-byte loads of the whole span (TILE=1) reads them in
+ * one round. On an H100 the staged plan beat the lookup's team plan on each
+ * such problem of the random draw: 2x2 bf16 of stride 37 2.96 us against
+ * 3.12, 3x11 bf16 3.08 against 3.27, 564x5 bf16 none of stride 31 2.61
+ * against 3.08; the H200's tunes of the first two staged them too. Rows of
+ * 27 f16 (54 bytes) ran faster in teams (3.27 against staged candidates the
+ * tune timed), and larger problems were not timed (docs/random-problems.md). */
+static void stage_odd_rows(xent_config *cfg, const xent_problem *p) {
+    int64_t stride = xent_row_stride(p);
+    /* divided, not multiplied: the problem may not have been checked yet */
+    if (xent_problem_family(p) != XENT_FAMILY_FWD || p->logits == XENT_F32 || p->n < 2 || stride % 2 == 0 ||
+        2 * p->c > TILE_ODD_ROW_BYTES || stride <= 0 || p->n > TILE_ODD_MAX_BYTES / (2 * stride))
+        return;
+    xent_config t = *cfg;
+    t.tile = 1;
+    t.vec = xent_widest_vec(p->logits);
+    t.tpr = t.items = 1;
+    t.block = 128;
+    t.passes = 2;
+    t.split = 1;
+    t.poly = t.prefetch = 0;
+    if (xent_config_fits(&t, p, NULL, 0)) *cfg = t;
+}
+
 /* What every plan made for another problem takes last, a fitted entry's
  * and the heuristic's alike. */
 static void fit_untuned(xent_config *cfg, const xent_problem *p) {
+    stage_odd_rows(cfg, p);
     fit_one_block(cfg, p);
     evict_first(cfg);
 }
