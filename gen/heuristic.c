@@ -190,12 +190,12 @@ static void evict_first(xent_config *cfg) {
 /* Short 16-bit rows on an odd stride start off every 4-byte boundary, so a
  * team loads them an element at a time; a warp that stages 32 of them in
  * shared memory by 16-byte loads of the whole span (TILE=1) reads them in
- * one round. On an H100 the staged plan beat the lookup's team plan on each
- * such problem of the random draw: 2x2 bf16 of stride 37 2.96 us against
- * 3.12, 3x11 bf16 3.08 against 3.27, 564x5 bf16 none of stride 31 2.61
- * against 3.08; the H200's tunes of the first two staged them too. Rows of
- * 27 f16 (54 bytes) ran faster in teams (3.27 against staged candidates the
- * tune timed), and larger problems were not timed (docs/random-problems.md). */
+ * one round. On an H100, against the lookup's team plans in one process:
+ * 2x2 bf16 of stride 37 2.98 us against 3.14, 3x11 bf16 2.87 against 3.04,
+ * 564x5 bf16 none of stride 31 2.62 against 3.14, 50x9 bf16 3.02 against
+ * 3.42, and no slower on 2000x13 f16 (52 KB) or 37x3 bf16; the H200's tunes
+ * staged the first two. Rows of 27 f16 (54 bytes) kept teams in the tunes
+ * on both cards, and larger problems were not timed (docs/cache.md). */
 static void stage_odd_rows(xent_config *cfg, const xent_problem *p) {
     int64_t stride = xent_row_stride(p);
     /* divided, not multiplied: the problem may not have been checked yet */
