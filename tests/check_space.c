@@ -644,6 +644,8 @@ static const heur_case heur_cases[] = {
     {18242, 1151, XENT_F16, "VEC=8 TPR=8 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"},
     /* and so do fp32 rows of 100-255 classes, however aligned (xent_row_vec) */
     {300000, 201, XENT_F32, "VEC=4 TPR=4 BLOCK=128 ITEMS=8 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1"},
+    /* short 16-bit rows on an odd stride staged by warps (stage_odd_rows), as a fitted entry's are */
+    {3, 11, XENT_BF16, "VEC=8 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1"},
 };
 
 /* A config made for other rows (a nearest entry's, of n_from rows), fitted
