@@ -197,10 +197,12 @@ static void evict_first(xent_config *cfg) {
  * staged the first two. Rows of 27 f16 (54 bytes) kept teams in the tunes
  * on both cards, and larger problems were not timed (docs/cache.md). */
 static void stage_odd_rows(xent_config *cfg, const xent_problem *p) {
-    int64_t stride = xent_row_stride(p);
-    /* divided, not multiplied: the problem may not have been checked yet */
-    if (xent_problem_family(p) != XENT_FAMILY_FWD || p->logits == XENT_F32 || p->n < 2 || stride % 2 == 0 ||
-        2 * p->c > TILE_ODD_ROW_BYTES || stride <= 0 || p->n > TILE_ODD_MAX_BYTES / (2 * stride))
+    int64_t stride = xent_row_stride(p), esize = xent_dtype_size(p->logits);
+    /* 16-bit only: an even stride keeps every row on a 4-byte boundary, and
+     * fp32 rows always are. Divided, not multiplied: the problem may not have
+     * been checked yet. */
+    if (xent_problem_family(p) != XENT_FAMILY_FWD || esize != 2 || p->n < 2 || stride <= 0 || stride % 2 == 0 ||
+        p->c > TILE_ODD_ROW_BYTES / esize || p->n > TILE_ODD_MAX_BYTES / (esize * stride))
         return;
     xent_config t = *cfg;
     t.tile = 1;
