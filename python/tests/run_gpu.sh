@@ -5,6 +5,8 @@
 #   bash python/tests/run_gpu.sh LOGDIR            (from the repository root, build/libxent.so present)
 #
 # BENCH_TRAIN_ARGS: more arguments for the benchmark, e.g. "--scale 0.25" (the backward of a scaled loss).
+# PY_PARTS: what to run, "tests bench" by default; either alone fits a call of the device tool when
+# both do not (the GPU tests take about 3.5 minutes, the benchmark with every implementation more).
 #
 # Needs torch with CUDA (triton for torch.compile); Liger-Kernel is used when importable, and a wheel
 # carried as LIGER_WHEEL=path is installed first (--no-deps). If the pip install fails (no wheel package
@@ -35,6 +37,8 @@ else
     export XENT_LIB="$ROOT/build/libxent.so"
 fi
 rc=0
+parts=" ${PY_PARTS:-tests bench} "
+if [[ $parts == *" tests "* ]]; then
 # pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
 (cd python/tests && $PY -m pytest -v -rfEs test_gpu.py test_distributed.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
 tail -5 "$LOG/pytest-gpu.log"
@@ -42,6 +46,9 @@ grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller 
 (cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
 tail -3 "$LOG/pytest-cpu.log"
 grep -E '^(FAILED|ERROR) ' "$LOG/pytest-cpu.log"
+fi
+if [[ $parts == *" bench "* ]]; then
 $PY bench/bench_train.py --out "$LOG/bench" ${BENCH_TRAIN_ARGS:-} > "$LOG/bench_train.log" 2>&1 || rc=1
 tail -12 "$LOG/bench_train.log"
+fi
 exit $rc
