@@ -268,7 +268,8 @@ for s in "$@"; do
         [ "$GPU_KEY" != h200 ] || run python3 tools/heuristic-table.py "$OUT/$GPU_KEY.sql" > "$OUT/heuristic-table.c" ;;
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
-        # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh)
+        # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh;
+        # PY_PARTS=tests or PY_PARTS=bench runs one of the two, where both do not fit a call)
         stage "python package"
         LIGER_WHEEL=${LIGER_WHEEL:-$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)} \
             run bash python/tests/run_gpu.sh "$OUT/py" ;;
