@@ -269,7 +269,7 @@ for s in "$@"; do
     py)
         # the Python package: GPU and CPU pytest, the training run, dynamo's
         # graph-break check and the forward+backward benchmark (python/tests/run_gpu.sh;
-        # PY_PARTS=tests or PY_PARTS=bench runs one of the two, where both do not fit a call)
+        # PY_PARTS=tests or PY_PARTS=bench runs one of the two, where the time left is short)
         stage "python package"
         LIGER_WHEEL=${LIGER_WHEEL:-$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)} \
             run bash python/tests/run_gpu.sh "$OUT/py" ;;

@@ -5,8 +5,8 @@
 #   bash python/tests/run_gpu.sh LOGDIR            (from the repository root, build/libxent.so present)
 #
 # BENCH_TRAIN_ARGS: more arguments for the benchmark, e.g. "--scale 0.25" (the backward of a scaled loss).
-# PY_PARTS: what to run, "tests bench" by default; either alone fits a call of the device tool when
-# both do not (the GPU tests take about 3.5 minutes, the benchmark with every implementation more).
+# PY_PARTS: what to run, "tests bench" by default, or either alone where the time left is short (on an
+# H200 the GPU tests take about 200 s, the benchmark with every implementation about a minute).
 #
 # Needs torch with CUDA (triton for torch.compile); Liger-Kernel is used when importable, and a wheel
 # carried as LIGER_WHEEL=path is installed first (--no-deps). If the pip install fails (no wheel package
