@@ -17,6 +17,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$LOG"
 cd "$ROOT"
 PY=${PYTHON:-python3}
+PARTS=${PY_PARTS:-tests bench}
+for part in $PARTS; do
+    case $part in tests|bench) ;; *) echo "PY_PARTS: unknown part '$part' (tests, bench)" >&2; exit 2 ;; esac
+done
 [ -f build/libxent.so ] || { echo "build/libxent.so is missing: build it (make build/libxent.so) and carry it" >&2; exit 2; }
 [ -f build/libxent_torch.so ] || echo "no build/libxent_torch.so: the C++ operator's tests skip and the benchmark" \
     "times the Python path (build it for this machine's torch and carry it: README.md, From PyTorch)" >&2
@@ -37,18 +41,19 @@ else
     export XENT_LIB="$ROOT/build/libxent.so"
 fi
 rc=0
-parts=" ${PY_PARTS:-tests bench} "
-if [[ $parts == *" tests "* ]]; then
-# pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
-(cd python/tests && $PY -m pytest -v -rfEs test_gpu.py test_distributed.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
-tail -5 "$LOG/pytest-gpu.log"
-grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller even when the log does not
-(cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
-tail -3 "$LOG/pytest-cpu.log"
-grep -E '^(FAILED|ERROR) ' "$LOG/pytest-cpu.log"
-fi
-if [[ $parts == *" bench "* ]]; then
-$PY bench/bench_train.py --out "$LOG/bench" ${BENCH_TRAIN_ARGS:-} > "$LOG/bench_train.log" 2>&1 || rc=1
-tail -12 "$LOG/bench_train.log"
-fi
+for part in $PARTS; do
+    case $part in
+    tests)
+        # pytest from python/tests (its conftest puts python/ on sys.path unless XENT_TEST_INSTALLED=1)
+        (cd python/tests && $PY -m pytest -v -rfEs test_gpu.py test_distributed.py) > "$LOG/pytest-gpu.log" 2>&1 || rc=1
+        tail -5 "$LOG/pytest-gpu.log"
+        grep -E '^(FAILED|ERROR) ' "$LOG/pytest-gpu.log"   # the names reach the caller even when the log does not
+        (cd python/tests && $PY -m pytest -q -rfEs test_capi.py test_torch_cpu.py) > "$LOG/pytest-cpu.log" 2>&1 || rc=1
+        tail -3 "$LOG/pytest-cpu.log"
+        grep -E '^(FAILED|ERROR) ' "$LOG/pytest-cpu.log" ;;
+    bench)
+        $PY bench/bench_train.py --out "$LOG/bench" ${BENCH_TRAIN_ARGS:-} > "$LOG/bench_train.log" 2>&1 || rc=1
+        tail -12 "$LOG/bench_train.log" ;;
+    esac
+done
 exit $rc
