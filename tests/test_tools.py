@@ -1,5 +1,6 @@
 """CPU tests of the kernel-cache tools in tools/: recompile-kernels.py makes a folder compiled ahead
-again from its kernels' defines; same-sass.py matches two folders' kernels on them.
+again from its kernels' defines; same-sass.py matches two folders' kernels on them; ab-build.sh
+compiles an A/B file's configs ahead with each build it makes.
 
     python3 -m pytest -q tests/test_tools.py      (after make: it runs build/xent-tune)
 
@@ -158,3 +159,25 @@ def test_gpu_session_ship_returns_its_cache_after_each_part(tmp_path):
     assert p.returncode != 0
     assert "FAILED: unknown ship part 'no-such-part'" in p.stdout
     assert (tmp_path / "out" / "ship.db").read_bytes() == db.read_bytes()
+
+
+@needs_tune
+def test_ab_build_compiles_an_ab_files_configs_ahead(tmp_path):
+    """tools/ab-build.sh with AB_CONFIGS compiles each line's config, with the line's flags, by the
+    build it makes into XENT_KERNEL_CACHE, and says which lines that build refuses."""
+    ab = tmp_path / "ab.txt"
+    held = "VEC=8 TPR=32 BLOCK=256 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"
+    ab.write_text("# a comment, then a blank line\n\n"
+                  "300x4096 bf16 %s\n"
+                  "300x4096 bf16 %s PREFETCH=9\n"
+                  "300x4096 bf16 %s -- --label-smoothing 0.1 --weights\n" % (held, held, held))
+    env = dict(os.environ, XENT_KERNEL_CACHE=str(tmp_path / "kc"), AB_OP="fused", AB_CONFIGS=str(ab),
+               AB_OUT=str(tmp_path / "variants"))
+    p = subprocess.run(["bash", "tools/ab-build.sh", "head=HEAD"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert os.access(tmp_path / "variants" / "head" / "xent-tune", os.X_OK)
+    refused = [ln for ln in p.stderr.splitlines() if "not compiled" in ln]
+    assert refused == ["head: not compiled: 300x4096 bf16 %s PREFETCH=9" % held]
+    got = defines(tmp_path / "kc")
+    assert len(got) == 2  # the plain kernel and the one with smoothing and weights
+    assert sum("XENT_SMOOTHING 1" in d and "XENT_WEIGHTS 1" in d for d in got) == 1
