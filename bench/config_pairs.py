@@ -2,6 +2,7 @@
 """Two configs of one problem, timed in one xent-tune process, a few times over.
 
     python3 bench/config_pairs.py PAIRS_FILE [--reps 2] [--tune build/xent-tune] [--out DIR]
+    XENT_KERNEL_CACHE=DIR python3 bench/config_pairs.py PAIRS_FILE --compile-only [--tune ...]
 
 Each line of PAIRS_FILE (blank lines and '#' comments skipped):
 
@@ -14,7 +15,9 @@ for example
 `xent-tune --config A --config B` checks both against the reference and times both with the
 tuner's protocol in the same process, so a rule that changes a config is measured against
 the config it replaces without the drift between processes. Prints a line a pair and
-repetition, then a table of B / A; --out writes pairs.json and pairs.md there. Needs the GPU.
+repetition, then a table of B / A; --out writes pairs.json and pairs.md there. Needs the GPU,
+but for --compile-only, which compiles both configs of every pair for the H200 into
+$XENT_KERNEL_CACHE (for tools/pack-kernels.sh), so that the GPU's run times instead of compiling.
 """
 import argparse
 import json
@@ -53,10 +56,28 @@ def parse_pairs(path):
     return pairs
 
 
+def pair_args(p):
+    """xent-tune's arguments for a pair's problem and both its configs."""
+    return ["--shape", p["shape"], "--dtype", p["dtype"], "--config", p["a"], "--config", p["b"], *p["flags"]]
+
+
+def compile_pairs(tune, pairs):
+    """Both configs of each pair compiled for the H200 into $XENT_KERNEL_CACHE (no GPU)."""
+    if not os.environ.get("XENT_KERNEL_CACHE"):
+        raise SystemExit("--compile-only: set XENT_KERNEL_CACHE to the folder to fill")
+    failed = 0
+    for p in pairs:
+        q = subprocess.run([tune, "--compile-only", "--gpu", "h200", "-q"] + pair_args(p), capture_output=True, text=True)
+        if q.returncode != 0:
+            failed += 1
+            print("not compiled: %s %s: %s" % (p["shape"], p["dtype"], q.stderr.strip()[-300:]), file=sys.stderr)
+    print("%d of %d pairs compiled into %s" % (len(pairs) - failed, len(pairs), os.environ["XENT_KERNEL_CACHE"]))
+    return 1 if failed else 0
+
+
 def time_pair(tune, p, db):
     """(us of A, us of B), None for a config that did not run."""
-    cmd = [tune, "--shape", p["shape"], "--dtype", p["dtype"], "--config", p["a"], "--config", p["b"],
-           *p["flags"], "--db", db, "-q", "--json", "--top", "2"]
+    cmd = [tune] + pair_args(p) + ["--db", db, "-q", "--json", "--top", "2"]
     q = subprocess.run(cmd, capture_output=True, text=True)
     if q.returncode != 0:
         print("  failed: %s" % (q.stderr or q.stdout).strip()[-300:], file=sys.stderr)
@@ -84,8 +105,12 @@ def main():
     ap.add_argument("--tune", default=os.path.join(ROOT, "build", "xent-tune"))
     ap.add_argument("--db", default="/tmp/xent-pairs.db", help="the tuner's scratch cache (nothing is stored)")
     ap.add_argument("--out", help="folder for pairs.json and pairs.md")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile both configs of every pair into $XENT_KERNEL_CACHE and exit (no GPU)")
     args = ap.parse_args()
     pairs = parse_pairs(args.pairs)
+    if args.compile_only:
+        return compile_pairs(args.tune, pairs)
     rows = [dict(p, a_us=[], b_us=[]) for p in pairs]
     for rep in range(1, args.reps + 1):
         for r in rows:

@@ -170,6 +170,31 @@ def test_pair_files_parse(path):
         assert p["a"] != p["b"] and "x" in p["shape"] and p["dtype"] in ("f32", "f16", "bf16")
 
 
+PAIRS = """# a comment
+300x4096 f32 | VEC=4 TPR=32 | VEC=4 TPR=64 | -r none --weights
+7x100 bf16 | VEC=8 TPR=8 | VEC=8 TPR=16
+"""
+
+
+def test_pairs_compile_only_compiles_both_configs_of_each_pair(tmp_path, monkeypatch):
+    """--compile-only asks xent-tune to compile both configs of each pair, with the pair's flags, for
+    the H200; a pair it refuses is said and makes the run fail."""
+    tune = tmp_path / "xent-tune"
+    tune.write_text('#!/bin/sh\necho "$*" >> "%s"\ncase "$*" in *7x100*) exit 2 ;; esac\n' % (tmp_path / "calls"))
+    tune.chmod(0o755)
+    (tmp_path / "pairs.txt").write_text(PAIRS)
+    monkeypatch.setenv("XENT_KERNEL_CACHE", str(tmp_path / "kc"))
+    assert config_pairs.compile_pairs(str(tune), config_pairs.parse_pairs(str(tmp_path / "pairs.txt"))) == 1
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["--compile-only --gpu h200 -q --shape 300x4096 --dtype f32 --config VEC=4 TPR=32 "
+                     "--config VEC=4 TPR=64 -r none --weights",
+                     "--compile-only --gpu h200 -q --shape 7x100 --dtype bf16 --config VEC=8 TPR=8 "
+                     "--config VEC=8 TPR=16"]
+    monkeypatch.delenv("XENT_KERNEL_CACHE")
+    with pytest.raises(SystemExit):
+        config_pairs.compile_pairs(str(tune), [])
+
+
 K = config_pairs.knobs
 
 
