@@ -23,12 +23,12 @@ mkdir -p "$out"
 also=()
 for t in ${AB_ALSO:-}; do also+=("build/$t"); done
 [ -z "${AB_CONFIGS:-}" ] || : "${XENT_KERNEL_CACHE:?AB_CONFIGS compiles ahead into XENT_KERNEL_CACHE: set it}"
+. "$root/tools/ab-lines.sh"
 
-# Each line of AB_CONFIGS ("SHAPE DTYPE CONFIG... [-- XENT-TUNE FLAGS]") compiled by the build in $1.
+# Each line of AB_CONFIGS compiled by the build in $1.
 compile_ahead() {
-    grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt rest; do
-        cfg=${rest%% -- *} kind=()
-        [ "$cfg" = "$rest" ] || read -ra kind <<< "${rest#* -- }"
+    ab_lines "$AB_CONFIGS" | while read -r sh dt rest; do
+        ab_split "$rest"
         "$1/xent-tune" --compile-only --gpu "${GPU_KEY:-h200}" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" \
             --config "$cfg" "${kind[@]}" -q > /dev/null 2>&1 || echo "$(basename "$1"): not compiled: $sh $dt $rest" >&2
     done

@@ -19,6 +19,7 @@ LOG=$OUT/session.log
 export XENT_KERNEL_CACHE=${XENT_KERNEL_CACHE:-/tmp/xent-kernels}
 export XENT_TUNECACHE=${XENT_TUNECACHE:-/tmp/xent-tune.db}
 export PYTHONUNBUFFERED=1
+. "$(dirname "$0")/ab-lines.sh"   # the ab stage's configs file
 # xent-tune, the example and libxent.so record no RUNPATH (docs/design.md):
 # NVRTC is found here even where the loader's configuration lacks CUDA's folder
 export LD_LIBRARY_PATH=${CUDA:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -351,8 +352,8 @@ for s in "$@"; do
                 done
             done
             [ -n "${AB_CONFIGS:-}" ] || continue
-            grep -vE '^\s*(#|$)' "$AB_CONFIGS" | while read -r sh dt rest; do
-                cfg=${rest%% -- *}; kind=(); [ "$cfg" = "$rest" ] || read -ra kind <<< "${rest#* -- }"
+            ab_lines "$AB_CONFIGS" | while read -r sh dt rest; do
+                ab_split "$rest"
                 for v in "${variants[@]}"; do
                     us=$("$v/xent-tune" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" --config "$cfg" "${kind[@]}" \
                         --db "/tmp/xent-ab-$(basename "$v").db" -q --top 1 |
