@@ -243,6 +243,27 @@ def test_rescale_skips_ones():
         _check_grad(xg.grad, xd.grad, torch.float32)
 
 
+@pytest.mark.parametrize("inplace", [False, True], ids=["new-grad", "inplace"])
+@pytest.mark.parametrize("reduction, scale", [("mean", 2.0 ** 16), ("sum", 2.0 ** 10), ("none", 2.0 ** 10)])
+def test_f16_gradient_under_a_loss_scale(reduction, scale, inplace):
+    """f16 logits under a loss scale (GradScaler's first, 2**16, for the mean; a sum's gradient is n times
+    larger and would overflow f16 there, as PyTorch's does), 4096 rows of 32000: the gradient as the float64
+    one times the scale, rounded to f16 once, within one rounding, and none of it flushed to zero, where a
+    gradient rounded at scale 1 (p_j / n for the mean, 1e-8 for most classes) and rescaled would be."""
+    x0, t = _inputs(4096, 32000, torch.float16, seed=21)
+    x = x0.clone().requires_grad_(True)
+    loss = xent.cross_entropy(x * 1 if inplace else x, t, reduction=reduction, inplace_backward=inplace)
+    loss.backward(torch.full_like(loss, scale))
+    xd = x0.double().requires_grad_(True)
+    ref = F.cross_entropy(xd, t, reduction=reduction)
+    ref.backward(torch.full_like(ref, scale))
+    want = xd.grad.to(torch.float16)
+    # above twice f16's smallest subnormal, so that float32 arithmetic cannot round it to zero either
+    lost = ((x.grad == 0) & (want.abs() >= 2.0 ** -23)).sum().item()
+    assert lost == 0, "%d of %d gradient elements flushed to zero" % (lost, want.numel())
+    _check_grad(x.grad, xd.grad, torch.float16, reduction)
+
+
 @pytest.mark.parametrize("k", [2, 3, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

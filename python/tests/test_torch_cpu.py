@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 import xent  # noqa: E402
 from xent import _ops, _reference  # noqa: E402
 
-OPS = ["forward", "fused", "fused_inplace", "rescale_", "shard_stats", "combine", "shard_backward"]
+OPS = ["forward", "fused", "fused_inplace", "rescale_", "backward", "shard_stats", "combine", "shard_backward"]
 
 
 @pytest.fixture
@@ -192,6 +192,9 @@ def test_opcheck(emulate):
     _opcheck(torch.ops.xent.combine.default, (torch.stack([st, st]), t, 20, -100, 2, 0.0, 0.0, torch.float32))
     _opcheck(torch.ops.xent.shard_backward.default,
              (x.detach(), t, torch.randn(6), torch.tensor([1.5]), 0, 20, -100, 2, 0.0, 0.0, 0.0))
+    lse = torch.logsumexp(x.detach(), 1)
+    _opcheck(torch.ops.xent.backward.default, (x.detach(), t, w, lse, torch.tensor([1.5]), 3, 2, 0.1, 0.0, 0.0))
+    _opcheck(torch.ops.xent.backward.default, (x.detach(), t, None, lse, torch.rand(6), -100, 0, 0.0, 1e-3, 5.0))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -288,6 +291,34 @@ def test_inplace_backward(emulate):
     assert y._version > 0  # y holds the gradient now
 
 
+@pytest.mark.parametrize("reduction, opts, inplace", [
+    ("mean", {}, False),
+    ("mean", {}, True),
+    ("sum", {}, False),
+    ("none", {}, False),
+    ("mean", {"weight": True, "label_smoothing": 0.1}, False),
+    ("mean", {"ignore_index": 3}, False),
+])
+def test_f16_gradient_under_a_loss_scale(emulate, reduction, opts, inplace):
+    """f16 logits under a loss scale (GradScaler's 2**16): the gradient is rounded to f16 once, after the
+    scale, as PyTorch rounds it. A gradient rounded at scale 1 and rescaled would hold p_j / n, which
+    f16 flushes to zero for most classes of 512 rows of 4000 (the fused kernel's, rescaled)."""
+    n, c = 512, 4000
+    scale = 2.0 ** 16 if reduction == "mean" else 2.0 ** 10  # a sum's gradient would overflow f16 at 2**16
+    x, t = _x(n, c, torch.float16, grad=True, seed=11)
+    w = torch.rand(c, generator=torch.Generator().manual_seed(3)) + 0.5 if opts.get("weight") else None
+    kw = {k: v for k, v in opts.items() if k != "weight"}
+    loss = xent.cross_entropy(x * 1.0 if inplace else x, t, w, reduction=reduction, inplace_backward=inplace, **kw)
+    loss.backward(torch.full_like(loss, scale))
+    xd = x.detach().double().requires_grad_(True)
+    ref = F.cross_entropy(xd, t, w.double() if w is not None else None, reduction=reduction, **kw)
+    ref.backward(torch.full_like(ref, scale))
+    want = xd.grad.to(torch.float16)  # PyTorch's f16 gradient: the scaled float gradient, rounded once
+    lost = ((x.grad == 0) & (want != 0)).sum().item()
+    assert lost == 0, "%d of %d gradient elements flushed to zero" % (lost, want.numel())
+    torch.testing.assert_close(x.grad.double(), want.double(), rtol=1e-3, atol=0)
+
+
 def test_inplace_backward_refuses_overlapping_rows(emulate):
     """Rows that share memory (an expanded tensor) cannot each hold their own gradient: a clear error,
     before anything is written."""
@@ -343,10 +374,13 @@ def test_lse_not_differentiable(emulate):
     assert not lse.requires_grad and loss.requires_grad
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("inplace", [False, True])
-def test_compile_fullgraph(emulate, inplace):
+def test_compile_fullgraph(emulate, inplace, dtype):
+    """Compiled whole (fullgraph): the fused op with its rescale, or for float16 the forward op and
+    xent::backward, the same gradient as eager."""
     torch._dynamo.reset()
-    x, t = _x(n=8, c=12, grad=True, seed=6)
+    x, t = _x(n=8, c=12, dtype=dtype, grad=True, seed=6)
 
     def f(x, t):
         return xent.cross_entropy(x * 2.0, t, z_loss=1e-3, label_smoothing=0.05, inplace_backward=inplace)

@@ -9,6 +9,8 @@ break:
                                                                       autograd: backward = xent::rescale_
     xent::fused_inplace(input!, target, weight?, ...) -> (loss, lse)  XENT_OP_FUSED, grad written over input
     xent::rescale_(grad!, dloss) -> ()                                XENT_OP_RESCALE, in place
+    xent::backward(input, target, weight?, lse, dloss, ...) -> grad   XENT_OP_BACKWARD (f16 logits'
+                                                                      autograd: forward, then this)
     xent::shard_stats(input, target, ...) -> stats[2, n]              XENT_OP_FORWARD on a vocabulary shard
     xent::combine(stats[k, 2, n], target, ...) -> (loss, lse)         XENT_OP_COMBINE
     xent::shard_backward(input, target, lse, dloss, ...) -> grad      XENT_OP_BACKWARD on a shard
@@ -409,6 +411,37 @@ def _(grad, dloss):
     return None
 
 
+@torch.library.custom_op("xent::backward", mutates_args=())
+def _backward_op(input: Tensor, target: Tensor, weight: Optional[Tensor], lse: Tensor, dloss: Tensor,
+                 ignore_index: int, reduction: int, label_smoothing: float, z_loss: float, softcap: float) -> Tensor:
+    """The gradient of the loss times dloss from the logits and each row's lse, in a new buffer."""
+    if _emulating(input):
+        return _reference.fused(input, target, weight, ignore_index, _RED_NAME[reduction], label_smoothing, z_loss,
+                                softcap, dloss)[2].to(input.dtype)
+    _check_inputs(input, target, weight)
+    return _backward_impl(input, target, weight, lse, dloss, ignore_index, reduction, label_smoothing, z_loss,
+                          softcap)
+
+
+def _backward_impl(input, target, weight, lse, dloss, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                   grad=None):
+    """XENT_OP_BACKWARD into grad (input itself, in place), or into a new buffer that shares the logits' row
+    stride and 16-byte phase (a copy of the logits' where they cannot)."""
+    if grad is None:
+        if not _aligned(input):
+            input = input.contiguous() if not input.is_contiguous() else input.clone()
+        grad = torch.empty_like(input, memory_format=torch.contiguous_format)
+    key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
+               _capi.XENT_OP_BACKWARD)
+    _launch(input.device, key, input, target, weight, lse=lse, grad=grad, dloss=dloss)
+    return grad
+
+
+@_backward_op.register_fake
+def _(input, target, weight, lse, dloss, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
 def _dloss(grad_output, n, reduction):
     """The upstream gradient as xent wants it: contiguous fp32, 1 float (sum, mean) or n (none)."""
     if grad_output.dtype is torch.float32 and grad_output.numel() == (n if reduction == 0 else 1) \
@@ -490,6 +523,51 @@ class _FusedEager(torch.autograd.Function):
     backward = staticmethod(_fused_backward)
 
 
+class _ForwardThenBackward(torch.autograd.Function):
+    """f16 logits: the forward (loss and lse), then in the backward XENT_OP_BACKWARD given grad_output, so that
+    the gradient is rounded to f16 once, after grad_output scales it, as PyTorch rounds it. The fused
+    kernel's gradient is rounded at grad_output = 1 and rescaled: under a loss scale (torch.amp's
+    GradScaler, the usual way to train in f16) a mean over n rows would hold p_j / n, below f16's
+    smallest subnormal for most classes of a large batch, where PyTorch keeps grad_output * p_j / n.
+    bf16 has float32's exponent range and keeps the fused kernel. With inplace the backward writes the
+    gradient over the logits in eager mode; traced, into a new buffer. Returns the loss, or (loss, lse)
+    with write_lse."""
+
+    @staticmethod
+    def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
+                inplace):
+        args = (target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap)
+        if _direct(input):
+            loss, lse = _forward_impl(input, *args, True)
+        else:
+            loss, lse = torch.ops.xent.forward(input, *args, True)
+        if inplace and _direct(input):
+            # the backward will write over the logits: a node that saved them for its own backward raises
+            # (their version moved) instead of reading the gradient; this one saves them after the move
+            torch.autograd.graph.increment_version(input)
+        ctx.save_for_backward(input, target, weight, lse)
+        ctx.args = args[2:] + (inplace,)
+        if write_lse:
+            ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
+        return (loss, lse) if write_lse else loss
+
+    @staticmethod
+    def backward(ctx, grad_loss, *_):
+        input, target, weight, lse = ctx.saved_tensors
+        ignore_index, reduction, label_smoothing, z_loss, softcap, inplace = ctx.args
+        none = (None,) * 9
+        if grad_loss is None:
+            return (torch.zeros_like(input),) + none
+        dl = _dloss(grad_loss, input.shape[0], reduction)
+        opts = (ignore_index, reduction, label_smoothing, z_loss, softcap)
+        if _direct(input):
+            grad = _backward_impl(input, target, weight, lse, dl, *opts, grad=input.detach() if inplace else None)
+        else:
+            grad = torch.ops.xent.backward(input, target, weight, lse, dl, *opts)
+        return (grad,) + none
+
+
 # --- the public loss ---------------------------------------------------------------------------------
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0, *,
@@ -512,7 +590,8 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
 
     When input requires grad, the forward computes the gradient too (one read of the logits) and the
     backward only rescales it by grad_output (nothing when grad_output is 1): a second backward through
-    the same graph (retain_graph=True) is not supported.
+    the same graph (retain_graph=True) is not supported. float16 logits are read again in the backward
+    instead, so that their gradient is rounded once, after grad_output (a loss scale) multiplies it.
     """
     opts = (weight, ignore_index, reduction, label_smoothing, z_loss, softcap, return_lse, inplace_backward)
     if isinstance(input, torch.Tensor) and input.dim() == 0:
@@ -565,6 +644,8 @@ def _cross_entropy_rows(input, target, weight, ignore_index, reduction, label_sm
             bool(return_lse))
     eager = _direct(input)
     needs_grad = torch.is_grad_enabled() and input.requires_grad
+    if needs_grad and input.dtype == torch.float16:
+        return _ForwardThenBackward.apply(input, *args, inplace_backward)
     if eager and needs_grad and not return_lse:
         loss = _fused_cpp(input, *args[:-1], inplace_backward)
         if loss is not None:
