@@ -81,7 +81,11 @@ typedef enum xent_op {
                                loss and each row's global lse; n is the rows, c the whole vocabulary */
     XENT_OP_RESCALE = 4   /**< multiply a gradient written by XENT_OP_FUSED with dloss NULL by
                                dloss, in place; rows whose factor is exactly 1 are not touched, so
-                               a launch with dloss == 1 moves no gradient bytes */
+                               a launch with dloss == 1 moves no gradient bytes. That gradient was
+                               rounded to the logits' dtype at dloss 1: in fp16 a mean's p_j / n
+                               is under the smallest subnormal for most classes of a large batch,
+                               and a loss scale applied afterwards finds zeros. fp16 callers with a
+                               dloss other than 1 give it to XENT_OP_FUSED or run XENT_OP_BACKWARD */
 } xent_op;
 
 /**
