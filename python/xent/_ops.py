@@ -424,15 +424,16 @@ def _backward_op(input: Tensor, target: Tensor, weight: Optional[Tensor], lse: T
 
 
 def _backward_impl(input, target, weight, lse, dloss, ignore_index, reduction, label_smoothing, z_loss, softcap,
-                   grad=None):
-    """XENT_OP_BACKWARD into grad (input itself, in place), or into a new buffer that shares the logits' row
-    stride and 16-byte phase (a copy of the logits' where they cannot)."""
+                   grad=None, vocab=0, class_offset=0):
+    """XENT_OP_BACKWARD (of a vocabulary shard where vocab is given) into grad (input itself, in place), or
+    into a new buffer that shares the logits' row stride and 16-byte phase (a copy of the logits' where
+    they cannot)."""
     if grad is None:
         if not _aligned(input):
             input = input.contiguous() if not input.is_contiguous() else input.clone()
         grad = torch.empty_like(input, memory_format=torch.contiguous_format)
     key = _key(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
-               _capi.XENT_OP_BACKWARD)
+               _capi.XENT_OP_BACKWARD, vocab=vocab, class_offset=class_offset)
     _launch(input.device, key, input, target, weight, lse=lse, grad=grad, dloss=dloss)
     return grad
 
@@ -785,13 +786,8 @@ def _shard_backward_op(input: Tensor, target: Tensor, lse: Tensor, dloss: Tensor
     if _emulating(input):
         return _reference.shard_backward(input, target, lse, dloss, class_offset, vocab, ignore_index,
                                          _RED_NAME[reduction], label_smoothing, z_loss, softcap).to(input.dtype)
-    if not _aligned(input):
-        input = input.contiguous() if not input.is_contiguous() else input.clone()
-    grad = torch.empty_like(input, memory_format=torch.contiguous_format)
-    key = _key(input, target, None, ignore_index, reduction, label_smoothing, z_loss, softcap, False,
-               _capi.XENT_OP_BACKWARD, vocab=vocab, class_offset=class_offset)
-    _launch(input.device, key, input, target, lse=lse, grad=grad, dloss=dloss)
-    return grad
+    return _backward_impl(input, target, None, lse, dloss, ignore_index, reduction, label_smoothing, z_loss, softcap,
+                          vocab=vocab, class_offset=class_offset)
 
 
 @_shard_backward_op.register_fake
