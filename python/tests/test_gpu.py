@@ -232,6 +232,22 @@ def test_cpp_operators_on_rows_that_share_memory():
     assert torch.equal(x, before)
 
 
+def test_cpp_operator_refuses_f16():
+    """fp16 logits never reach the C++ operator from xent.cross_entropy (their gradient is computed in
+    the backward, given grad_output); called straight, it refuses them with a clear error before any
+    launch, and the logits are left as they were."""
+    x, t = _inputs(64, 5003, torch.float16, seed=5)
+    if not _ops._cpp_op_loaded(_ops._context(x.device.index)):
+        pytest.skip("libxent_torch.so not built for this torch (make build/libxent_torch.so PYTHON=...)")
+    mean = _ops._RED["mean"]
+    for inplace in (False, True):
+        xg = x.clone().requires_grad_(True)
+        before = xg.detach().clone()
+        with pytest.raises(RuntimeError, match="not float16"):
+            _ops._fused_cpp(xg, t, None, -100, mean, 0.0, 0.0, 0.0, inplace)
+        assert torch.equal(xg.detach(), before)
+
+
 def test_rescale_skips_ones():
     x, t = _inputs(128, 4096, torch.float32, seed=2)
     for red in ("mean", "none"):

@@ -67,6 +67,11 @@ int64_t row_stride_of(const Tensor &x) {
 // The fused problem of x's rows, whose gradient has the same row stride.
 xent_problem fused_problem(const Tensor &x, const Tensor &target, bool weighted, int64_t ignore_index,
                            int64_t reduction, double label_smoothing, double z_loss, double softcap) {
+    // An fp16 gradient written at dloss 1 and rescaled after loses what a loss scale would have kept
+    // (p_j / n under fp16's smallest subnormal): xent.cross_entropy computes it in the backward instead.
+    TORCH_CHECK(x.scalar_type() != at::kHalf, "xent: the fused operator takes float32 or bfloat16 logits, not "
+                "float16, whose gradient it would round at dloss 1 (xent.cross_entropy computes an fp16 "
+                "gradient in the backward)");
     xent_problem p;
     xent_problem_init(&p, x.size(0), x.size(1));
     p.row_stride = row_stride_of(x);
