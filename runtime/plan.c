@@ -52,9 +52,13 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 #define GRAD_DENOM_BLOCKS 256
 /* Blocks of the fixed kernels (combine, rescale) a multiprocessor gets. */
 #define AUX_BLOCKS_PER_SM 8
-/* Rounds of rows a block of the grad family may take: fewer block partials
- * for the mean's last block, still enough blocks to even out the tail. */
+/* Rounds of blocks the grad family's rows kernel launches, as multiples of the blocks the GPU
+ * holds: fewer rounds leave fewer block partials for the mean's last block, more rounds even out
+ * the tail of the rows. The fused rows take eight, which was faster than four on every fused
+ * plan timed both ways (docs/performance.md, "The grid"); the backward's plans were timed
+ * at four only. */
 #define GRAD_ROUNDS 4
+#define GRAD_ROUNDS_FUSED 8
 
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
@@ -85,7 +89,8 @@ static int grad_launch_shape(xent_context *ctx, CUfunction fn, const xent_proble
         long long teams = cfg->block / cfg->tpr;
         long long groups = (p->n + teams - 1) / teams;
         resident /= cfg->split;
-        *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * GRAD_ROUNDS) * cfg->split);
+        long long rounds = p->op == XENT_OP_FUSED ? GRAD_ROUNDS_FUSED : GRAD_ROUNDS;
+        *grid = (unsigned)(min_ll(groups, (resident > 0 ? resident : 1) * rounds) * cfg->split);
     }
     /* a flat backward's blocks publish nothing: its grid of tiles would size a workspace of partials for nothing */
     *workspace = GRAD_PARTS_AT + (cfg->flat ? 0 : 16 * (size_t)*grid);
