@@ -306,6 +306,12 @@ def _lse_or_empty(input, lse):
     return lse if lse is not None else input.new_empty((0,), dtype=torch.float32)
 
 
+def _forward_rows(input, *args):
+    """XENT_OP_FORWARD's (loss, lse): launched straight where the tensors are real, else through
+    xent::forward, whose fake implementation traces."""
+    return _forward_impl(input, *args) if _direct(input) else torch.ops.xent.forward(input, *args)
+
+
 def _forward_impl(input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse):
     """(loss, lse), lse None unless write_lse: the eager paths allocate nothing they do not return."""
     input = _apart(input)
@@ -538,10 +544,7 @@ class _ForwardThenBackward(torch.autograd.Function):
     def forward(ctx, input, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, write_lse,
                 inplace):
         args = (target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap)
-        if _direct(input):
-            loss, lse = _forward_impl(input, *args, True)
-        else:
-            loss, lse = torch.ops.xent.forward(input, *args, True)
+        loss, lse = _forward_rows(input, *args, True)
         if inplace and _direct(input):
             # the backward will write over the logits: a node that saved them for its own backward raises
             # (their version moved) instead of reading the gradient; this one saves them after the move
@@ -652,7 +655,7 @@ def _cross_entropy_rows(input, target, weight, ignore_index, reduction, label_sm
         if loss is not None:
             return loss
     if not needs_grad:
-        loss, lse = _forward_impl(input, *args) if eager else torch.ops.xent.forward(input, *args)
+        loss, lse = _forward_rows(input, *args)
     elif inplace_backward or eager:
         out = (_FusedInplace if inplace_backward else _FusedEager).apply(input, *args)
         loss, lse = out if return_lse else (out, None)
