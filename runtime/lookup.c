@@ -92,6 +92,7 @@ void xent_caches_open(xent_caches *c, const char *gpu, int arch, int sm_count, c
     memset(c, 0, sizeof *c);
     c->opened = 1;
     snprintf(c->gpu, sizeof c->gpu, "%s", gpu ? gpu : "");
+    snprintf(c->datadir, sizeof c->datadir, "%s", datadir);
     if (tc_user_path(path, sizeof path) == XENT_OK && access(path, R_OK) == 0 &&
         tc_open(path, 1, &c->user, err, sizeof err) != XENT_OK) {
         c->user = NULL;
@@ -148,6 +149,14 @@ static void fit_arch(xent_config *cfg, const xent_problem *p, int arch, tc_answe
     if (*what) tc_note_add(a, "fitted to sm_%d: %s", arch, what);
 }
 
+/* The caches' note (an unreadable cache) before the answer's own. */
+static void caches_note(const xent_caches *c, tc_answer *a) {
+    char own[sizeof a->note];
+    if (!c->note[0]) return;
+    snprintf(own, sizeof own, "%s", a->note);
+    snprintf(a->note, sizeof a->note, "%.250s%s%.500s", c->note, own[0] ? "; " : "", own);
+}
+
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a) {
     fit_arg f = {p, cfg};
@@ -157,16 +166,21 @@ xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xe
      * the fused 32768x4096 mean found bf16's shipped config). */
     int kinds = xent_problem_family(p) == XENT_FAMILY_FWD ? TC_KINDS_ALL : TC_KINDS_DTYPE;
     tc_stores s = {c->user, c->shipped, c->arch, c->gpu, c->arch_gpu, usable, &f, kinds};
+    xent_source from = XENT_SOURCE_HEURISTIC;
     if (tc_lookup(&s, key, a) == XENT_OK) { /* usable() left cfg parsed */
         if (a->n != key->n || a->c != key->c || a->options != key->options)
             xent_config_fit_rows(cfg, a->n, p, key->sm_count);
-        fit_arch(cfg, p, key->arch, a);
-        return a->from;
+        from = a->from;
+    } else {
+        a->cache[0] = '\0';
+        xent_config_heuristic(p, key->sm_count, cfg);
+        if (!c->shipped && !c->arch) /* a build tree before make install, or a GPU with no cache shipped */
+            tc_note_add(a, "no readable shipped tune cache for %s or another sm_%d GPU in %s",
+                        c->gpu[0] ? c->gpu : "this GPU", key->arch, c->datadir);
     }
-    a->cache[0] = '\0';
-    xent_config_heuristic(p, key->sm_count, cfg);
     fit_arch(cfg, p, key->arch, a);
-    return XENT_SOURCE_HEURISTIC;
+    caches_note(c, a);
+    return from;
 }
 
 xent_source xent_lookup_offline(const char *gpu, int arch, int sm_count, const xent_problem *p, xent_config *cfg,

@@ -265,8 +265,7 @@ static int plan_miss(xent_context *ctx, const xent_problem *key, uint64_t h, xen
     int rc = xent_plan_build(ctx, key, &cfg, src, plan);
     if (rc) return rc;
     snprintf((*plan)->cache, sizeof(*plan)->cache, "%s", a.cache);
-    snprintf((*plan)->note, sizeof(*plan)->note, "%.250s%s%.768s", ctx->caches.note,
-             ctx->caches.note[0] && a.note[0] ? "; " : "", a.note);
+    snprintf((*plan)->note, sizeof(*plan)->note, "%s", a.note);
     if ((rc = memo_insert(ctx, *plan, h))) {
         xent_plan_destroy(*plan);
         *plan = NULL;

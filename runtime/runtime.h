@@ -41,6 +41,7 @@ typedef struct xent_caches {
     tc_db *shipped;             /* <datadir>/<gpu>.sql, in memory */
     tc_db *arch;                /* the nearest sibling's shipped cache (may be shipped itself) */
     char gpu[32], arch_gpu[32]; /* the GPU keys of shipped and arch */
+    char datadir[512];          /* where the shipped caches were looked for */
     char note[1024];            /* why a cache was skipped */
 } xent_caches;
 
@@ -121,7 +122,8 @@ void xent_caches_close(xent_caches *c);
 /* The configuration for p, whose tune-cache key is key: the lookup chain of
  * tc_lookup over c, each entry checked to parse and fit p, then the
  * heuristic (for key->sm_count). a says which cache answered and what was
- * passed over. */
+ * passed over, after the caches' own note (c->note); a heuristic's answer where
+ * no shipped cache was found says where they were looked for. */
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,
                                tc_answer *a);
 

@@ -43,16 +43,19 @@ static char *read_text(const char *path) {
     return s;
 }
 
-/* tunecache/h200.sql into datadir, its stamps replaced by another
- * template's when stale: what a template change does to a shipped cache. */
-static void ship_h200(const char *datadir, int stale) {
+/* How tunecache/h200.sql reaches the datadir: as it is, with its stamps replaced by
+ * another template's (what a template change does to a shipped cache), or as text
+ * that is not SQL (a damaged file). */
+enum { SHIP_FRESH, SHIP_STALE, SHIP_BROKEN };
+
+static void ship_h200(const char *datadir, int how) {
     char hash[17], path[700];
     char *text = read_text("tunecache/h200.sql");
     ck_assert_int_eq(xent_template_hash("xent_fwd", hash, sizeof hash), XENT_OK);
-    for (char *p = text; stale && (p = strstr(p, hash)); p += 16) memcpy(p, "feedfacefeedface", 16);
+    for (char *p = text; how == SHIP_STALE && (p = strstr(p, hash)); p += 16) memcpy(p, "feedfacefeedface", 16);
     mkdir(datadir, 0755);
     snprintf(path, sizeof path, "%s/h200.sql", datadir);
-    write_text(path, text);
+    write_text(path, how == SHIP_BROKEN ? "INSERT INTO nowhere VALUES (\n" : text);
     free(text);
 }
 
@@ -78,8 +81,8 @@ typedef struct lookup_case {
     const char *gpu;
     int arch, sm;
     int64_t n, c;
-    int stale;        /* the shipped h200.sql made by another template */
-    const char *user; /* an exact user entry for the presented GPU, or NULL */
+    int ship;         /* how h200.sql is shipped (SHIP_*) */
+    const char *user; /* an exact user entry for the presented GPU, USER_BROKEN, or NULL */
     xent_source source;
     const char *cache;  /* "" for the heuristic */
     const char *config; /* NULL: the heuristic's for this problem */
@@ -87,77 +90,92 @@ typedef struct lookup_case {
     const char *kind;   /* the problem's kind (apply_kind), NULL: i64 mean */
 } lookup_case;
 
+/* a user cache that is not an SQLite database */
+#define USER_BROKEN "not a database"
+
 static const lookup_case cases[] = {
-    {"h200 exact", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL, NULL},
-    {"h200 nearest", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL, NULL},
-    {"h100 from h200", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
-    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL,
+    {"h200 exact", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL,
      NULL},
-    {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL,
+    {"h200 nearest", "h200", 90, 132, 30000, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200", H200_32768x4096, NULL,
      NULL},
-    {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL, NULL},
-    {"h100 user first", "h100", 90, 132, 32768, 4096, 0,
+    {"h100 from h200", "h100", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096, NULL,
+     NULL},
+    {"h100 PCIe from h200", "h100", 90, 114, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
+     NULL, NULL},
+    {"gh200 nearest in h200", "gh200", 90, 132, 30000, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200",
+     H200_32768x4096, NULL, NULL},
+    {"unknown sm_90 key", "h999", 90, 100, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
+     NULL, NULL},
+    {"h100 user first", "h100", 90, 132, 32768, 4096, SHIP_FRESH,
      "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", XENT_SOURCE_USER_DB, "user",
      "VEC=2 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=1", NULL, NULL},
-    {"user unparsable", "h200", 90, 132, 32768, 4096, 0, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200", H200_32768x4096,
-     "user 32768x4096: config does not parse", NULL},
-    {"user unfit", "h100", 90, 132, 32768, 4096, 0,
+    {"user unparsable", "h200", 90, 132, 32768, 4096, SHIP_FRESH, "VEC=3 TPR=32", XENT_SOURCE_SHIPPED, "h200",
+     H200_32768x4096, "user 32768x4096: config does not parse", NULL},
+    {"user unfit", "h100", 90, 132, 32768, 4096, SHIP_FRESH,
      "VEC=4 TPR=1 BLOCK=128 ITEMS=1 PASSES=2 CACHE=0 TILE=1 SPLIT=1 PERSIST=1", XENT_SOURCE_ARCH, "h200",
      H200_32768x4096, "user 32768x4096: config does not fit", NULL},
-    {"other arch", "l40s", 89, 142, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL, NULL},
+    {"other arch", "l40s", 89, 142, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "no readable shipped tune cache for l40s or another sm_89 GPU in /tmp/check_lookup.", NULL},
     /* a stash past what a block of the GPU may have gives way to a second read (99 KB on
      * sm_89, 163 KB on sm_80: the heuristic's 125 KB for 8192x128256 bf16 fits the second) */
-    {"l40s: no stash past its shared memory", "l40s", 89, 142, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "",
-     "VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1",
+    {"l40s: no stash past its shared memory", "l40s", 89, 142, 8192, 128256, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC,
+     "", "VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 EVICT=1",
      "fitted to sm_89: no stash (its shared memory): the row read twice", "bf16 fused"},
-    {"a100 keeps the stash", "a100", 80, 108, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL,
-     "bf16 fused"},
-    {"h200 stale", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+    {"a100 keeps the stash", "a100", 80, 108, 8192, 128256, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "no readable shipped tune cache for a100", "bf16 fused"},
+    /* a cache that cannot be read is passed over, and the answer says so */
+    {"user cache unreadable", "h200", 90, 132, 32768, 4096, SHIP_FRESH, USER_BROKEN, XENT_SOURCE_SHIPPED, "h200",
+     H200_32768x4096, "user tune cache skipped", NULL},
+    {"shipped cache unreadable", "h200", 90, 132, 32768, 4096, SHIP_BROKEN, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+     "h200.sql skipped", NULL},
+    {"shipped cache unreadable: then no cache", "h200", 90, 132, 32768, 4096, SHIP_BROKEN, NULL, XENT_SOURCE_HEURISTIC,
+     "", NULL, "; no readable shipped tune cache for h200 or another sm_90 GPU in", NULL},
+    {"h200 stale", "h200", 90, 132, 32768, 4096, SHIP_STALE, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096: stale: made by template feedfacefeedface", NULL},
-    {"h100 stale sibling", "h100", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+    {"h100 stale sibling", "h100", 90, 132, 32768, 4096, SHIP_STALE, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 (arch): stale", NULL},
     /* the shipped cache holds i64 entries of mean (every dtype) and none (f32, bf16): a kind
      * takes the nearest entry in shape and kind together, and says when it is another kind's */
-    {"h200 none takes none", "h200", 90, 132, 40000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 none takes none", "h200", 90, 132, 40000, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      "VEC=4 TPR=32 BLOCK=128 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1", NULL, "none"},
-    {"h200 none takes the mean of its shape", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
-     H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "none"},
-    {"h200 weighted i32 takes mean", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 none takes the mean of its shape", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST,
+     "h200", H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "none"},
+    {"h200 weighted i32 takes mean", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "i32 weights smoothing lse"},
-    {"h100 sum from h200 mean", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200", H200_32768x4096,
-     "answered by h200 32768x4096 f32 i64 mean", "sum"},
-    {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, 1, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+    {"h100 sum from h200 mean", "h100", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200",
+     H200_32768x4096, "answered by h200 32768x4096 f32 i64 mean", "sum"},
+    {"h200 stale, other kind", "h200", 90, 132, 32768, 4096, SHIP_STALE, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 f32 i64 mean (nearest): stale", "none"},
     /* a nearest entry fitted to the problem's rows: a split keeps about the
      * entry's rows x segments (16x262144's 16 segments, 64x32000's 2), and two
      * passes over a row longer than the chunk become one (1048576x100's) */
-    {"h200 few rows take more segments", "h200", 90, 132, 7, 1000003, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 few rows take more segments", "h200", 90, 132, 7, 1000003, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      "VEC=4 TPR=256 BLOCK=256 ITEMS=8 PASSES=1 CACHE=1 TILE=0 SPLIT=32 PERSIST=0", NULL, NULL},
-    {"h200 more rows take none", "h200", 90, 132, 229, 12489, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 more rows take none", "h200", 90, 132, 229, 12489, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      "VEC=8 TPR=256 BLOCK=256 ITEMS=4 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1 POLY=8",
      "answered by h200 64x32000 f16 i64 mean (another kind)", "f16 weights"},
-    {"h200 longer rows take one pass", "h200", 90, 132, 1048576, 150, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 longer rows take one pass", "h200", 90, 132, 1048576, 150, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      "VEC=2 TPR=2 BLOCK=128 ITEMS=16 PASSES=1 CACHE=2 TILE=0 SPLIT=1 PERSIST=1",
      "answered by h200 1048576x100 bf16 i64 mean (another kind)", "bf16 i32 weights"},
     /* a training entry answers rows it holds as it held its own: a held row
      * near its length, not a row past its chunk, nor one that fills a quarter */
-    {"h200 fused nearest, held", "h200", 90, 132, 30000, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 fused nearest, held", "h200", 90, 132, 30000, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      H200_FUSED_32768x4096, NULL, "fused"},
-    {"h200 fused, held there, past it here", "h200", 90, 132, 32768, 6000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+    {"h200 fused, held there, past it here", "h200", 90, 132, 32768, 6000, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "",
+     NULL, "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
+    {"h200 fused, held in a quarter", "h200", 90, 132, 32768, 1000, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
      "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
-    {"h200 fused, held in a quarter", "h200", 90, 132, 32768, 1000, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
-    {"h200 fused, past a chunk there, held here", "h200", 90, 132, 16384, 30000, 0, NULL, XENT_SOURCE_HEURISTIC, "",
-     NULL, "h200 16384x50257 (nearest): holds rows of other lengths", "fused"},
+    {"h200 fused, past a chunk there, held here", "h200", 90, 132, 16384, 30000, SHIP_FRESH, NULL,
+     XENT_SOURCE_HEURISTIC, "", NULL, "h200 16384x50257 (nearest): holds rows of other lengths", "fused"},
     /* f16 training takes bf16's entries of its kind, and no other kind's */
-    {"h200 f16 fused takes bf16's", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_NEAREST, "h200",
+    {"h200 f16 fused takes bf16's", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_NEAREST, "h200",
      H200_BF16_FUSED_32768x4096, "answered by h200 32768x4096 bf16 i64 mean (another kind)", "f16 fused"},
-    {"h100 f16 backward from h200 bf16", "h100", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_ARCH, "h200",
+    {"h100 f16 backward from h200 bf16", "h100", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_ARCH, "h200",
      H200_BF16_BWD_32768x4096, "answered by h200 32768x4096 bf16 i64 mean (another kind)", "f16 backward"},
-    {"h200 fused i32 takes no i64 entry", "h200", 90, 132, 32768, 4096, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL, NULL,
-     "bf16 i32 fused"},
-    {"h200 fused f32 takes no 16-bit entry", "h200", 90, 132, 8192, 128256, 0, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-     "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
+    {"h200 fused i32 takes no i64 entry", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "",
+     NULL, NULL, "bf16 i32 fused"},
+    {"h200 fused f32 takes no 16-bit entry", "h200", 90, 132, 8192, 128256, SHIP_FRESH, NULL, XENT_SOURCE_HEURISTIC, "",
+     NULL, "h200 32768x4096 (nearest): holds rows of other lengths", "fused"},
 };
 
 /* A problem kind as text: "i32", "none", "sum", "weights", "smoothing",
@@ -208,13 +226,16 @@ START_TEST(lookup_for_presented_gpu) {
     char datadir[600], want[200], got[200];
     snprintf(datadir, sizeof datadir, "%s", tpath("share"));
     setenv("XENT_TUNECACHE", tpath("user.db"), 1);
-    ship_h200(datadir, t->stale);
+    ship_h200(datadir, t->ship);
     xent_problem p;
     xent_problem_init(&p, t->n, t->c);
     apply_kind(&p, t->kind);
     tc_key key;
     key_for(t->gpu, t->arch, t->sm, &p, &key);
-    if (t->user) put_user(&key, t->user);
+    if (t->user == USER_BROKEN)
+        write_text(tpath("user.db"), "this is not an SQLite database\n");
+    else if (t->user)
+        put_user(&key, t->user);
 
     xent_caches caches;
     xent_caches_open(&caches, t->gpu, t->arch, t->sm, datadir);
