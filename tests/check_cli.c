@@ -11,6 +11,7 @@
  */
 #include "gen/gen.h"
 #include "gen/space.h"
+#include "runtime/runtime.h"
 #include "tunecache/tunecache.h"
 #include "xent.h"
 
@@ -1299,7 +1300,11 @@ static const lookup_case lookup_cases[] = {
     {"h200", "32768x4096", "f32", 90, " source=shipped cache=h200"},
     {"h100", "32768x4096", "f32", 90, " source=arch cache=h200"},
     {"h200", "13183x2505", "f16", 90, " source=nearest cache=h200\n"}, /* an f16 entry: no other kind's note */
-    {"l40s", "32768x4096", "f32", 89, " source=heuristic"},
+    {"l40s", "32768x4096", "f32", 89,
+     " source=heuristic note=no readable shipped tune cache for l40s or another sm_89 GPU in "},
+    /* a key xent does not know is taken as an H200's architecture and SM count, with a note on
+     * stderr, and answered by its sibling's cache */
+    {"h10", "32768x4096", "f32", 90, " source=arch cache=h200"},
 };
 
 START_TEST(test_dry_run_lookup) {
@@ -1318,6 +1323,10 @@ START_TEST(test_dry_run_lookup) {
         expect_in("stdout", r.out, header, &r);
         expect_in("stdout", r.out, line, &r);
         expect_in("stdout", r.out, t->want, &r);
+        if (xent_gpu_find(t->gpu))
+            ck_assert_msg(!strstr(r.err, "none of the GPUs"), "%s: a note for a known key:\n%s", r.cmd, r.err);
+        else
+            expect_in("stderr", r.err, "is none of the GPUs xent knows (h200 h100 ", &r);
         result_free(&r);
     }
     /* and in JSON, an object of the same parts */

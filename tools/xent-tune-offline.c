@@ -67,6 +67,19 @@ static int offline_arch(const cli *o) {
     return o->arch ? o->arch : g ? g->cc : 90;
 }
 
+/* A --gpu key the library does not know is taken (a cache may be made for any
+ * key), but a mistyped one would answer for an H200 without a word: say so. */
+static void note_unknown_gpu(const cli *o) {
+    char known[256] = "";
+    if (!named_gpu(o) || offline_gpu(o)) return;
+    for (const xent_gpu_spec *g = xent_known_gpus; g->key; g++) {
+        size_t used = strlen(known);
+        snprintf(known + used, sizeof known - used, "%s%s", used ? " " : "", g->key);
+    }
+    fprintf(stderr, "%s: note: --gpu '%s' is none of the GPUs xent knows (%s): sm_%d and %d SMs assumed%s\n", PROG,
+            o->gpu, known, offline_arch(o), offline_sm_count(o), o->arch ? "" : "; --arch names another architecture");
+}
+
 /* 0 when every --config can run p, else EXIT_USAGE with the reason on stderr. */
 int check_given(const cli *o, const xent_problem *p) {
     char why[256], cfg[200], what[160];
@@ -139,6 +152,7 @@ static void json_lookup(json *j, const offline_answer *ans) {
 
 int cmd_dry_run(const cli *o) {
     json j;
+    note_unknown_gpu(o);
     if (o->json) {
         json_start(&j, stdout);
         json_array(&j, NULL);
@@ -293,6 +307,7 @@ static int compile_problem(const cli *o, json *j, int i, int *failed) {
 int cmd_compile_only(const cli *o) {
     json j;
     int failed = 0, rc = 0;
+    note_unknown_gpu(o);
     if (o->json) {
         json_start(&j, stdout);
         json_array(&j, NULL);
