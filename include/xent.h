@@ -224,13 +224,19 @@ XENT_API int xent_plan_lookup(xent_context *ctx, const xent_problem *p, xent_pla
 /** Where the plan's configuration came from. */
 XENT_API xent_source xent_plan_source(const xent_plan *plan);
 
+/** Bytes that always hold xent_plan_describe's text with its terminating NUL. */
+#define XENT_DESCRIBE_LEN 1400
+
 /**
  * Write the plan's configuration as text ("VEC=4 TPR=32 ...") into buf, with
  * its source, the tune cache that answered ("source=arch cache=h200"), its
  * grid ("finish=apart" where a kernel of its own sums a sum's or mean's
  * block partials after a grid of several rounds of blocks) and a
  * note naming each cache or entry passed over on the way, and why (a stale
- * entry, made by another template or NVRTC; a config that does not fit).
+ * entry, made by another template or NVRTC; a config that does not fit; a
+ * cache that could not be read; no shipped cache found, and where it was
+ * looked for). XENT_EINVAL where the text does not fit len bytes (it is then
+ * cut short); XENT_DESCRIBE_LEN bytes always suffice.
  */
 XENT_API int xent_plan_describe(const xent_plan *plan, char *buf, size_t len);
 

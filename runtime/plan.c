@@ -316,6 +316,10 @@ const char *xent_source_text(xent_source s) {
     return (unsigned)s < sizeof sources / sizeof sources[0] ? sources[s] : "unknown";
 }
 
+/* The configuration (under 200 bytes), the words and numbers around it (under 130) and the note. */
+_Static_assert(200 + 130 + sizeof(((xent_plan *)0)->note) <= XENT_DESCRIBE_LEN,
+               "XENT_DESCRIBE_LEN holds a description");
+
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;
     char cfg[200];

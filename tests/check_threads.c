@@ -179,7 +179,7 @@ static void run_case(const thread_case *tc) {
     for (int i = 0; i < tc->threads; i++) {
         want_launches += w[i].launched;
         for (int k = 0; k < tc->nproblems; k++) {
-            char desc[1400];
+            char desc[XENT_DESCRIBE_LEN];
             ck_assert_int_eq(xent_plan_describe(w[i].plans[k], desc, sizeof desc), XENT_OK);
             apart += strstr(desc, "finish=apart") ? LAUNCHES : 0;
             xent_problem p;
@@ -277,7 +277,7 @@ START_TEST(test_launch_fault) {
     p.op = f->op;
     xent_plan *plan = NULL;
     ck_assert_int_eq(xent_plan_get(ctx, &p, &plan), XENT_OK);
-    char desc[1400];
+    char desc[XENT_DESCRIBE_LEN];
     ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
     ck_assert_msg((strstr(desc, "finish=apart") != NULL) == f->apart, "%s: plan %s", f->name, desc);
     void *ws = aligned_alloc(16, (xent_workspace_size(plan) + 15) & ~(size_t)15);
@@ -294,6 +294,33 @@ START_TEST(test_launch_fault) {
     ck_assert_msg(rc == XENT_OK, "%s: the launch after: %s: %s", f->name, xent_errstr(rc), xent_errmsg(ctx));
     free(ws);
     xent_context_destroy(ctx);
+}
+END_TEST
+
+/* Long notes, an unreadable user cache's and a long folder searched for shipped
+ * caches in vain, fit XENT_DESCRIBE_LEN; a buffer too short for the text is refused. */
+START_TEST(test_describe_fits) {
+    char datadir[300], *at = datadir + snprintf(datadir, sizeof datadir, "%s/", tmpdir);
+    while (at < datadir + sizeof datadir - 8) at += snprintf(at, (size_t)(datadir + sizeof datadir - at), "nowhere/");
+    setenv("XENT_DATADIR", datadir, 1);
+    FILE *f = fopen(tpath("tune.db"), "w");
+    ck_assert(f && fputs("not an SQLite database\n", f) >= 0 && fclose(f) == 0);
+    setenv("XENT_TUNECACHE", tpath("tune.db"), 1);
+    xent_context *ctx = NULL;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_problem p;
+    xent_problem_init(&p, 64, 1000);
+    xent_plan *plan = NULL;
+    ck_assert_int_eq(xent_plan_get(ctx, &p, &plan), XENT_OK);
+    char desc[XENT_DESCRIBE_LEN], shorter[64];
+    ck_assert_int_eq(xent_plan_describe(plan, desc, sizeof desc), XENT_OK);
+    ck_assert_msg(strstr(desc, " source=heuristic ") && strstr(desc, "note=user tune cache skipped: ") &&
+                      strstr(desc, "; no readable shipped tune cache for ") && strstr(desc, datadir),
+                  "%s", desc);
+    ck_assert_int_eq(xent_plan_describe(plan, shorter, sizeof shorter), XENT_EINVAL);
+    ck_assert_msg(!strncmp(desc, shorter, sizeof shorter - 1), "cut short: '%s' of '%s'", shorter, desc);
+    xent_context_destroy(ctx);
+    unsetenv("XENT_DATADIR");
 }
 END_TEST
 
@@ -317,7 +344,7 @@ int main(int argc, char **argv) {
     const scratch_test tests[] = {
         {"threads", 600, test_shared},       {"threads", 600, test_own_shapes},
         {"threads", 600, test_fused_shared}, {"threads", 600, test_refusals_among_builds},
-        {"threads", 600, test_compile_many},
+        {"threads", 600, test_compile_many}, {"threads", 600, test_describe_fits},
     };
     Suite *s = suite_create("threads");
     add_scratch_tests(s, tests, sizeof tests / sizeof tests[0], make_tmpdir, NULL);

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     double ref = cpu_mean_loss(logits, targets, n, c), err = fabs(loss - ref) / fabs(ref);
 
     xent_plan *plan;
-    char desc[1400];
+    char desc[XENT_DESCRIBE_LEN];
     if ((rc = xent_plan_get(ctx, &p, &plan)) || (rc = xent_plan_describe(plan, desc, sizeof desc))) {
         fprintf(stderr, "xent_plan_get: %s: %s\n", xent_errstr(rc), xent_errmsg(ctx));
         return 1;

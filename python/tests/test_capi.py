@@ -31,6 +31,7 @@ def test_enums_match_header():
     for name in ("XENT_OK", "XENT_EINVAL", "XENT_EBADTARGET", "XENT_ENOTFOUND", "XENT_OP_FORWARD",
                  "XENT_OP_FUSED", "XENT_OP_BACKWARD", "XENT_OP_COMBINE", "XENT_OP_RESCALE"):
         assert "%s = %d" % (name, getattr(_capi, name)) in text, name
+    assert "#define XENT_DESCRIBE_LEN %d\n" % _capi.XENT_DESCRIBE_LEN in text
 
 
 def test_library_loads_without_gpu():

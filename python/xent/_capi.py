@@ -69,6 +69,8 @@ XENT_ENOMEM = 6
 XENT_ECACHE = 7
 XENT_EBADTARGET = 8
 XENT_ENOTFOUND = 10
+# bytes that always hold xent_plan_describe's text
+XENT_DESCRIBE_LEN = 1400
 
 STATUS_NAMES = {
     0: "XENT_OK", 1: "XENT_EINVAL", 2: "XENT_ENODRIVER", 3: "XENT_ENODEVICE",
@@ -366,7 +368,7 @@ class Plan:
 
     def describe(self):
         """The plan's configuration as text ("VEC=4 TPR=32 ...")."""
-        buf = ctypes.create_string_buffer(1024)
+        buf = ctypes.create_string_buffer(XENT_DESCRIBE_LEN)
         rc = self._xent._lib.xent_plan_describe(self._handle, buf, ctypes.sizeof(buf))
         self._xent._check(rc, "xent_plan_describe")
         return buf.value.decode(errors="replace")

@@ -625,7 +625,7 @@ START_TEST(test_finish_apart) {
                 spec sp;
                 xent_problem p;
                 xent_config cfg;
-                char desc[1400];
+                char desc[XENT_DESCRIBE_LEN];
                 reduction_spec(&sp, &p, &cfg, "finish apart", plans[i].cfg, tenth ? plans[i].rows / 10 : plans[i].rows,
                                plans[i].c, k, (int)i);
                 cfg.persist = k % 2 ? 0 : 1;
