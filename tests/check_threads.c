@@ -5,7 +5,8 @@
  * (make BUILD=build-tsan CFLAGS='-O1 -g -fsanitize=thread' LDFLAGS=-fsanitize=thread
  * test-check_threads) it is the race check of that path; in every build it
  * asserts that each problem's plan is built once, every thread gets that
- * plan, and every launch reaches the driver.
+ * plan, and every launch reaches the driver. It also checks what a plan
+ * built on the stand-in holds: the training rows' grid and the description.
  *
  * The stand-in is found by re-executing this binary with LD_LIBRARY_PATH
  * naming its folder: the loader reads that variable only at start-up. */
@@ -297,6 +298,51 @@ START_TEST(test_launch_fault) {
 }
 END_TEST
 
+/* The fused rows' grid: eight rounds of the resident blocks for a sum or mean of rows held in
+ * registers, sixteen where no partial arrives (none) or a block's row is stashed, the
+ * backward's four. The stand-in holds 2048 / BLOCK blocks an SM (at most 8, one past 100 KB
+ * of shared memory) on 132 SMs. */
+typedef struct rounds_case {
+    const char *name;
+    xent_op op;
+    xent_reduction reduction;
+    int64_t n, c;
+    const char *config;
+    long long resident, rounds;
+} rounds_case;
+
+#define HELD_1024 "VEC=8 TPR=32 BLOCK=128 ITEMS=4 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0"
+#define STASHED_128256 "VEC=8 TPR=512 BLOCK=512 ITEMS=16 PASSES=1 CACHE=0 TILE=0 SPLIT=1 PERSIST=0 PREFETCH=2 STASH=1"
+static const rounds_case rounds_cases[] = {
+    {"fused mean, held", XENT_OP_FUSED, XENT_REDUCE_MEAN, 262144, 1024, HELD_1024, 132 * 8, 8},
+    {"fused sum, held", XENT_OP_FUSED, XENT_REDUCE_SUM, 262144, 1024, HELD_1024, 132 * 8, 8},
+    {"fused none, held", XENT_OP_FUSED, XENT_REDUCE_NONE, 262144, 1024, HELD_1024, 132 * 8, 16},
+    {"fused mean, stashed", XENT_OP_FUSED, XENT_REDUCE_MEAN, 8192, 128256, STASHED_128256, 132, 16},
+    {"backward mean", XENT_OP_BACKWARD, XENT_REDUCE_MEAN, 262144, 1024, HELD_1024, 132 * 8, 4},
+};
+
+START_TEST(test_fused_rounds) {
+    const rounds_case *t = &rounds_cases[_i];
+    setenv("XENT_TUNECACHE", tpath("tune.db"), 1);
+    xent_context *ctx = NULL;
+    ck_assert_int_eq(xent_context_create(&ctx, 0), XENT_OK);
+    xent_problem p;
+    xent_problem_init(&p, t->n, t->c);
+    p.logits = XENT_BF16;
+    p.op = t->op;
+    p.reduction = t->reduction;
+    xent_config cfg;
+    ck_assert_int_eq(xent_config_parse(t->config, &cfg, NULL, 0), XENT_OK);
+    xent_plan *plan = NULL;
+    int rc = xent_plan_build(ctx, &p, &cfg, XENT_SOURCE_EXPLICIT, &plan);
+    ck_assert_msg(rc == XENT_OK, "%s: %s: %s", t->name, xent_errstr(rc), xent_errmsg(ctx));
+    ck_assert_msg(plan->grid == t->resident * t->rounds, "%s: grid %u, want %lld rounds of %lld", t->name, plan->grid,
+                  t->rounds, t->resident);
+    xent_plan_destroy(plan);
+    xent_context_destroy(ctx);
+}
+END_TEST
+
 /* Long notes, an unreadable user cache's and a long folder searched for shipped
  * caches in vain, fit XENT_DESCRIBE_LEN; a buffer too short for the text is refused. */
 START_TEST(test_describe_fits) {
@@ -352,6 +398,11 @@ int main(int argc, char **argv) {
     tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_launch_fault, 0, (int)(sizeof faults / sizeof faults[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("grid");
+    tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_fused_rounds, 0, (int)(sizeof rounds_cases / sizeof rounds_cases[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
