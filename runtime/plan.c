@@ -54,19 +54,18 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 #define AUX_BLOCKS_PER_SM 8
 /* Rounds of blocks the grad family's rows kernel launches, as multiples of the blocks the GPU
  * holds: fewer rounds leave fewer block partials for a sum's or mean's last block, more rounds
- * even out the tail of the rows. The fused rows take eight, which was faster than four on every
- * fused plan timed both ways, and sixteen where no block's partial arrives (reduction none) or
- * a block's row is stashed: those were faster still at sixteen, while a sum or mean of rows
- * held in registers paid 1.5-12% more for the arrivals (docs/performance.md, "The grid"). The
- * backward's plans were timed at four only, and clusters (SPLIT > 1) at eight only. */
-#define GRAD_ROUNDS 4
-#define GRAD_ROUNDS_FUSED 8
+ * even out the tail of the rows. Eight were faster than four on every fused and backward plan
+ * timed both ways; the fused rows take sixteen where no block's partial arrives (reduction
+ * none) or a block's row is stashed: those were faster still at sixteen, while a sum or mean of
+ * rows held in registers paid 1.5-12% more for the arrivals (docs/performance.md, "The grid").
+ * The backward was not timed past eight, nor clusters (SPLIT > 1) past eight. */
+#define GRAD_ROUNDS 8
 #define GRAD_ROUNDS_FUSED_LONG 16
 
 static long long grad_rounds(const xent_problem *p, const xent_config *cfg) {
     if (p->op != XENT_OP_FUSED) return GRAD_ROUNDS;
     int unsummed = p->reduction == XENT_REDUCE_NONE, stashed = cfg->split == 1 && xent_config_smem(cfg, p) > 0;
-    return unsummed || stashed ? GRAD_ROUNDS_FUSED_LONG : GRAD_ROUNDS_FUSED;
+    return unsummed || stashed ? GRAD_ROUNDS_FUSED_LONG : GRAD_ROUNDS;
 }
 
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }

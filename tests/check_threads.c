@@ -298,9 +298,9 @@ START_TEST(test_launch_fault) {
 }
 END_TEST
 
-/* The fused rows' grid: eight rounds of the resident blocks for a sum or mean of rows held in
- * registers, sixteen where no partial arrives (none) or a block's row is stashed, the
- * backward's four. The stand-in holds 2048 / BLOCK blocks an SM (at most 8, one past 100 KB
+/* The rows' grid: eight rounds of the resident blocks for a sum or mean of rows held in
+ * registers and for the backward, sixteen for fused rows where no partial arrives (none) or a
+ * block's row is stashed. The stand-in holds 2048 / BLOCK blocks an SM (at most 8, one past 100 KB
  * of shared memory) on 132 SMs. */
 typedef struct rounds_case {
     const char *name;
@@ -318,7 +318,8 @@ static const rounds_case rounds_cases[] = {
     {"fused sum, held", XENT_OP_FUSED, XENT_REDUCE_SUM, 262144, 1024, HELD_1024, 132 * 8, 8},
     {"fused none, held", XENT_OP_FUSED, XENT_REDUCE_NONE, 262144, 1024, HELD_1024, 132 * 8, 16},
     {"fused mean, stashed", XENT_OP_FUSED, XENT_REDUCE_MEAN, 8192, 128256, STASHED_128256, 132, 16},
-    {"backward mean", XENT_OP_BACKWARD, XENT_REDUCE_MEAN, 262144, 1024, HELD_1024, 132 * 8, 4},
+    {"backward mean", XENT_OP_BACKWARD, XENT_REDUCE_MEAN, 262144, 1024, HELD_1024, 132 * 8, 8},
+    {"backward none", XENT_OP_BACKWARD, XENT_REDUCE_NONE, 262144, 1024, HELD_1024, 132 * 8, 8},
 };
 
 START_TEST(test_fused_rounds) {
