@@ -4,7 +4,7 @@
 #   copy grad gradtune py gradprofile random pairs threads sanitize faults vocabpar ship retune
 # Everything is logged to $OUT/session.log; the shipped cache export goes to
 # $OUT/$GPU_KEY.sql and the benchmark to $OUT/bench/ (the device tool returns at
-# most 8 files). The build folder is made on the dev machine and carried.
+# most 8 files). The build folder is made on the dev machine (make gpu-bins) and carried.
 # Stage times on the H200: test ~2.5 min, configs ~6.5 min for fp32 (every 3rd
 # config: 134 s) and ~15 min a 16-bit dtype (every 12th: 70-80 s), so one dtype
 # or one part a call (SWEEP_DTYPES; XENT_TEST_EVERY=k with XENT_TEST_OFFSET=0..k-1
