@@ -58,13 +58,13 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
  * timed both ways; the fused rows take sixteen where no block's partial arrives (reduction
  * none) or a block's row is stashed: those were faster still at sixteen, while a sum or mean of
  * rows held in registers paid 1.5-12% more for the arrivals (docs/performance.md, "The grid").
- * The backward was not timed past eight, nor clusters (SPLIT > 1) past eight. */
+ * Neither the backward nor clusters of blocks (SPLIT > 1) were timed past eight. */
 #define GRAD_ROUNDS 8
 #define GRAD_ROUNDS_FUSED_LONG 16
 
 static long long grad_rounds(const xent_problem *p, const xent_config *cfg) {
-    if (p->op != XENT_OP_FUSED) return GRAD_ROUNDS;
-    int unsummed = p->reduction == XENT_REDUCE_NONE, stashed = cfg->split == 1 && xent_config_smem(cfg, p) > 0;
+    if (p->op != XENT_OP_FUSED || cfg->split != 1) return GRAD_ROUNDS;
+    int unsummed = p->reduction == XENT_REDUCE_NONE, stashed = xent_config_smem(cfg, p) > 0;
     return unsummed || stashed ? GRAD_ROUNDS_FUSED_LONG : GRAD_ROUNDS;
 }
 
