@@ -127,6 +127,24 @@ def test_gpu_session_imports_and_exports_its_key(tmp_path, key, imported):
         assert sorted(exported) == sorted(shipped)
 
 
+def test_gpu_session_tunes_with_tune_bin(tmp_path):
+    """TUNE_BIN names the xent-tune of the tuning stages (a variant's, whose template stamps the
+    entries): the gradtune and export stages call it, not build/xent-tune."""
+    stub = tmp_path / "xent-tune"
+    stub.write_text('#!/bin/sh\necho "$@" >> "%s"\n' % (tmp_path / "calls"))
+    stub.chmod(0o755)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), TUNE_BIN=str(stub), XENT_KERNEL_CACHE=str(tmp_path / "kc"),
+               GRAD_SHAPES="64x1000:bf16", GRAD_OPS="fused")
+    env.pop("GPU_KEY", None)
+    p = subprocess.run(["bash", "tools/gpu-session.sh", "gradtune", "export"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    calls = open(tmp_path / "calls").read().splitlines()
+    assert calls[0].startswith("import tunecache/h200.sql")
+    assert any(c.startswith("--gpu h200 --shape 64x1000 --dtype bf16 --op fused --budget") for c in calls), calls
+    assert calls[-1] == "export --gpu h200 --output %s" % (tmp_path / "out" / "h200.sql")
+
+
 def test_gpu_session_random_stages_report_apart(tmp_path):
     """A second random stage in one call reports into $OUT/random-2, so that "random retune random"
     keeps the draw before the retune beside the one after (python3 stands in for the benchmark)."""

@@ -23,7 +23,9 @@ export PYTHONUNBUFFERED=1
 # xent-tune, the example and libxent.so record no RUNPATH (docs/design.md):
 # NVRTC is found here even where the loader's configuration lacks CUDA's folder
 export LD_LIBRARY_PATH=${CUDA:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-TUNE=build/xent-tune
+# TUNE_BIN: another build's xent-tune (a variant of tools/ab-build.sh) for every stage that tunes
+# or exports, so that a template change's entries are tuned by its own template before it lands
+TUNE=${TUNE_BIN:-build/xent-tune}
 # the GPU whose cache the tuning stages write and export (tunecache/$GPU_KEY.sql, $OUT/$GPU_KEY.sql):
 # the shipped h200 by default; another key of xent-tune --gpu (h100, say) builds that GPU's own cache
 GPU_KEY=${GPU_KEY:-h200}
