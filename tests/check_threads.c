@@ -322,7 +322,7 @@ static const rounds_case rounds_cases[] = {
     {"backward none", XENT_OP_BACKWARD, XENT_REDUCE_NONE, 262144, 1024, HELD_1024, 132 * 8, 8},
 };
 
-START_TEST(test_fused_rounds) {
+START_TEST(test_rows_rounds) {
     const rounds_case *t = &rounds_cases[_i];
     setenv("XENT_TUNECACHE", tpath("tune.db"), 1);
     xent_context *ctx = NULL;
@@ -403,7 +403,7 @@ int main(int argc, char **argv) {
     tc = tcase_create("grid");
     tcase_add_checked_fixture(tc, make_tmpdir, remove_tmpdir);
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, test_fused_rounds, 0, (int)(sizeof rounds_cases / sizeof rounds_cases[0]));
+    tcase_add_loop_test(tc, test_rows_rounds, 0, (int)(sizeof rounds_cases / sizeof rounds_cases[0]));
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

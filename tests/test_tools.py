@@ -127,12 +127,17 @@ def test_gpu_session_imports_and_exports_its_key(tmp_path, key, imported):
         assert sorted(exported) == sorted(shipped)
 
 
+def _recording_stub(path, calls):
+    """An executable at path that appends its arguments, a line a call, to calls."""
+    path.write_text('#!/bin/sh\necho "$@" >> "%s"\n' % calls)
+    path.chmod(0o755)
+    return path
+
+
 def test_gpu_session_tunes_with_tune_bin(tmp_path):
     """TUNE_BIN names the xent-tune of the tuning stages (a variant's, whose template stamps the
     entries): the gradtune and export stages call it, not build/xent-tune."""
-    stub = tmp_path / "xent-tune"
-    stub.write_text('#!/bin/sh\necho "$@" >> "%s"\n' % (tmp_path / "calls"))
-    stub.chmod(0o755)
+    stub = _recording_stub(tmp_path / "xent-tune", tmp_path / "calls")
     env = dict(os.environ, OUT=str(tmp_path / "out"), TUNE_BIN=str(stub), XENT_KERNEL_CACHE=str(tmp_path / "kc"),
                GRAD_SHAPES="64x1000:bf16", GRAD_OPS="fused")
     env.pop("GPU_KEY", None)
@@ -150,9 +155,7 @@ def test_gpu_session_random_stages_report_apart(tmp_path):
     keeps the draw before the retune beside the one after (python3 stands in for the benchmark)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    stub = bin_dir / "python3"
-    stub.write_text('#!/bin/sh\necho "$@" >> "%s"\n' % (tmp_path / "calls"))
-    stub.chmod(0o755)
+    _recording_stub(bin_dir / "python3", tmp_path / "calls")
     env = dict(os.environ, OUT=str(tmp_path / "out"), PATH="%s:%s" % (bin_dir, os.environ["PATH"]),
                XENT_KERNEL_CACHE=str(tmp_path / "kc"), RANDOM_ONLY="14,35", RANDOM_BUDGET="0")
     p = subprocess.run(["bash", "tools/gpu-session.sh", "random", "random"], cwd=ROOT, env=env,
