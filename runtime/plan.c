@@ -323,13 +323,16 @@ const char *xent_source_text(xent_source s) {
     return (unsigned)s < sizeof sources / sizeof sources[0] ? sources[s] : "unknown";
 }
 
-/* The configuration (under 200 bytes), the words and numbers around it (under 130) and the note. */
-_Static_assert(200 + 130 + sizeof(((xent_plan *)0)->note) <= XENT_DESCRIBE_LEN,
+/* A description: the configuration, the cache's name, the note, and under 100 bytes of the words
+ * and numbers between them (source=, grid=, finish=apart, regs=). */
+#define DESCRIBE_CFG_LEN 200
+_Static_assert(DESCRIBE_CFG_LEN + sizeof(((xent_plan *)0)->cache) + sizeof(((xent_plan *)0)->note) + 100 <=
+                   XENT_DESCRIBE_LEN,
                "XENT_DESCRIBE_LEN holds a description");
 
 int xent_plan_describe(const xent_plan *plan, char *buf, size_t len) {
     if (!plan || !buf || !len) return XENT_EINVAL;
-    char cfg[200];
+    char cfg[DESCRIBE_CFG_LEN];
     xent_config_format(&plan->config, cfg, sizeof cfg);
     int w = snprintf(buf, len, "%s source=%s%s%s grid=%u%s regs=%d%s%s", cfg, xent_source_text(plan->source),
                      plan->cache[0] ? " cache=" : "", plan->cache, plan->grid, plan->fn_finish ? " finish=apart" : "",
