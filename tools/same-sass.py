@@ -4,17 +4,23 @@ tune-cache export at its own problem with two builds of xent-tune (each into a k
 no GPU needed) and compares the kernels' SASS (nvdisasm), matched on their rendered defines.
 
     tools/same-sass.py OLD_XENT_TUNE NEW_XENT_TUNE [--cache tunecache/h200.sql] [--family xent_fwd]
+                       [--except FUNCTION ...]
 
 OLD_XENT_TUNE is a build of the templates before the change (e.g. `git worktree add /tmp/old HEAD &&
 make -C /tmp/old build/xent-tune`). Prints a line a kernel that differs or exists in one build only, then
 the counts; exits 0 when every kernel both builds compile is the same. Entries whose kernels are the
 same may be restamped rather than retuned (docs/cache.md). nvdisasm: $NVDISASM, else on PATH, else
 $CUDA/bin (default /usr/local/cuda).
+
+--except leaves out entry points no tuned plan launches (xent_grad_rescale, say): a module's other functions
+are compared one by one, each with its branch labels numbered afresh, so that a change to one entry point
+does not read as a change to the kernels beside it.
 """
 import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,11 +60,20 @@ def kernels(folder):
     return dict(got for got in found if got)
 
 
-def sass(nvdisasm, cubin):
+def sass(nvdisasm, cubin, skip=()):
+    """The SASS of each function of a CUBIN but those in skip, its labels numbered in order of appearance."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+        text = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    funcs = {}
+    for part in re.split(r"^\s*\.section\s+", text, flags=re.M)[1:]:
+        name = part.split(",", 1)[0]
+        if not name.startswith(".text.") or name[len(".text."):] in skip:
+            continue
+        labels = {}
+        funcs[name] = re.sub(r"\.L_x_\d+", lambda m: labels.setdefault(m.group(0), ".L%d" % len(labels)), part)
+    return funcs
 
 
 def main():
@@ -67,6 +82,8 @@ def main():
     ap.add_argument("new")
     ap.add_argument("--cache", default="tunecache/h200.sql", help="an export (xent-tune export)")
     ap.add_argument("--family", default="xent_fwd", help="xent_fwd, xent_grad or all (default xent_fwd)")
+    ap.add_argument("--except", dest="skip", nargs="+", default=[], metavar="FUNCTION",
+                    help="entry points to leave out of the comparison")
     a = ap.parse_args()
     nvdisasm = (os.environ.get("NVDISASM") or shutil.which("nvdisasm") or
                 os.path.join(os.environ.get("CUDA", "/usr/local/cuda"), "bin", "nvdisasm"))
@@ -89,7 +106,7 @@ def main():
             found[label] = kernels(folder)
             print("%s: %d entries, %d kernels" % (label, len(entries), len(found[label])), file=sys.stderr)
     old, new = found["old"], found["new"]
-    differ = [k for k in sorted(set(old) & set(new)) if sass(nvdisasm, old[k]) != sass(nvdisasm, new[k])]
+    differ = [k for k in sorted(set(old) & set(new)) if sass(nvdisasm, old[k], a.skip) != sass(nvdisasm, new[k], a.skip)]
     for k in differ:
         print("differs:", k.replace("\n", " ").strip())
     for label, only in (("old", set(old) - set(new)), ("new", set(new) - set(old))):
