@@ -34,8 +34,8 @@ except ImportError as _e:  # the binding (xent._capi) works without torch; the l
     vocab_parallel_cross_entropy = _needs_torch
     HAS_TORCH = False
 else:
-    from ._ops import (cross_entropy, CrossEntropyLoss, check_targets, shard_stats, combine, shard_backward,
-                       vocab_parallel_cross_entropy)
+    from ._ops import cross_entropy, CrossEntropyLoss, check_targets
+    from ._shards import shard_stats, combine, shard_backward, vocab_parallel_cross_entropy
     HAS_TORCH = True
 
 __all__ = ["cross_entropy", "CrossEntropyLoss", "check_targets", "shard_stats", "combine", "shard_backward",
