@@ -79,7 +79,9 @@ static tc_db *load_shipped(xent_caches *c, const char *datadir, const char *gpu)
     tc_db *db = NULL;
     if (!shipped_path(datadir, gpu, path, sizeof path) || access(path, R_OK) != 0) return NULL;
     if (tc_open(":memory:", 0, &db, err, sizeof err) != XENT_OK || tc_import_file(db, path, NULL) != XENT_OK) {
-        snprintf(why, sizeof why, "shipped tune cache %.400s skipped: %.500s", path, db ? tc_errmsg(db) : err);
+        /* the reason before the path: a note cut short loses the end of a long path, not why */
+        snprintf(why, sizeof why, "shipped tune cache %s.sql skipped: %.500s (%.400s)", gpu, db ? tc_errmsg(db) : err,
+                 path);
         note_add(c, why);
         tc_close(db);
         return NULL;
@@ -149,12 +151,15 @@ static void fit_arch(xent_config *cfg, const xent_problem *p, int arch, tc_answe
     if (*what) tc_note_add(a, "fitted to sm_%d: %s", arch, what);
 }
 
-/* The caches' note (an unreadable cache) before the answer's own. */
+/* The caches' note (an unreadable cache) before the answer's own, in the room the answer's
+ * leaves it, and at least a third of the note: past that the answer's own is cut instead. */
 static void caches_note(const xent_caches *c, tc_answer *a) {
     char own[sizeof a->note];
     if (!c->note[0]) return;
     snprintf(own, sizeof own, "%s", a->note);
-    snprintf(a->note, sizeof a->note, "%.250s%s%.500s", c->note, own[0] ? "; " : "", own);
+    size_t used = own[0] ? strlen(own) + 2 : 0, room = sizeof a->note - 1 - used;
+    if (used > sizeof a->note * 2 / 3) room = sizeof a->note / 3;
+    snprintf(a->note, sizeof a->note, "%.*s%s%s", (int)room, c->note, own[0] ? "; " : "", own);
 }
 
 xent_source xent_choose_config(const xent_caches *c, const tc_key *key, const xent_problem *p, xent_config *cfg,

@@ -91,7 +91,7 @@ typedef struct lookup_case {
 } lookup_case;
 
 /* a user cache that is not an SQLite database */
-#define USER_BROKEN "not a database"
+static const char USER_BROKEN[] = "not a database";
 
 static const lookup_case cases[] = {
     {"h200 exact", "h200", 90, 132, 32768, 4096, SHIP_FRESH, NULL, XENT_SOURCE_SHIPPED, "h200", H200_32768x4096, NULL,
@@ -221,10 +221,9 @@ static void config_text(const char *text, const xent_problem *p, int sm, char *b
     xent_config_format(&cfg, buf, len);
 }
 
-START_TEST(lookup_for_presented_gpu) {
-    const lookup_case *t = &cases[_i];
-    char datadir[600], want[200], got[200];
-    snprintf(datadir, sizeof datadir, "%s", tpath("share"));
+/* The lookup of case t with the shipped cache in datadir. */
+static void check_case(const lookup_case *t, const char *datadir) {
+    char want[200], got[200];
     setenv("XENT_TUNECACHE", tpath("user.db"), 1);
     ship_h200(datadir, t->ship);
     xent_problem p;
@@ -253,6 +252,25 @@ START_TEST(lookup_for_presented_gpu) {
         ck_assert_msg(strstr(a.note, t->note), "%s: note '%s' lacks '%s'", t->name, a.note, t->note);
     else
         ck_assert_msg(a.note[0] == 0, "%s: note '%s'", t->name, a.note);
+}
+
+START_TEST(lookup_for_presented_gpu) {
+    check_case(&cases[_i], tpath("share"));
+}
+END_TEST
+
+/* A datadir path of 250 bytes and more, in both notes: the reason the cache was skipped stays in
+ * the answer's, ahead of the paths a note cuts short. */
+START_TEST(long_datadir_keeps_the_reason) {
+    static const lookup_case t = {"shipped cache unreadable in a long datadir", "h200", 90, 132, 32768, 4096,
+                                  SHIP_BROKEN, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
+                                  "h200.sql skipped: tune cache :memory:: import: statement 1: incomplete input (",
+                                  NULL};
+    char datadir[600];
+    mkdir(tpath("share"), 0755);
+    snprintf(datadir, sizeof datadir, "%s/", tpath("share"));
+    for (int i = 0; i < 250; i++) strcat(datadir, i % 10 == 9 ? "-" : "d");
+    check_case(&t, datadir);
 }
 END_TEST
 
@@ -523,6 +541,7 @@ int main(void) {
     tcase_add_loop_test(tc, arch_sibling_choice, 0, (int)(sizeof siblings / sizeof siblings[0]));
     tcase_add_loop_test(tc, other_kinds_in_order, 0, (int)(sizeof kind_cases / sizeof kind_cases[0]));
     tcase_add_test(tc, describe_names_the_cache);
+    tcase_add_test(tc, long_datadir_keeps_the_reason);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
