@@ -73,6 +73,10 @@ def sass(nvdisasm, cubin, skip=()):
             continue
         labels = {}
         funcs[name] = re.sub(r"\.L_x_\d+", lambda m: labels.setdefault(m.group(0), ".L%d" % len(labels)), part)
+    if not funcs and not skip:  # a listing without sections: compared whole, never found alike for want of any
+        return {"": text}
+    if not funcs:
+        sys.exit("same-sass: no functions found in nvdisasm's listing to compare")
     return funcs
 
 
