@@ -202,3 +202,42 @@ def test_ab_build_compiles_an_ab_files_configs_ahead(tmp_path):
     got = defines(tmp_path / "kc")
     assert len(got) == 2  # the plain kernel and the one with smoothing and weights
     assert sum("XENT_SMOOTHING 1" in d and "XENT_WEIGHTS 1" in d for d in got) == 1
+
+
+# same-sass.py's comparison of two listings, function by function: nvdisasm stood in for by a script that
+# prints its file, each "CUBIN" the listing itself. A function's section: its name, then its code with
+# branch labels.
+@pytest.fixture
+def listing_tool(tmp_path):
+    tool = tmp_path / "nvdisasm"
+    tool.write_text('#!/bin/sh\nexec cat "$2"\n')  # called as nvdisasm -c FILE
+    tool.chmod(0o755)
+    return str(tool)
+
+
+def listing(*funcs):
+    return "".join('\t.section\t.text.%s,"ax",@progbits\n%s\n' % f for f in funcs).encode()
+
+
+ROWS = ("xent_grad", "BRA `(.L_x_3) ;\n.L_x_3:\nEXIT ;")
+ROWS_RENUMBERED = ("xent_grad", "BRA `(.L_x_17) ;\n.L_x_17:\nEXIT ;")
+ROWS_CHANGED = ("xent_grad", "BRA `(.L_x_3) ;\n.L_x_3:\nNOP ;\nEXIT ;")
+RESCALE = ("xent_grad_rescale", "LDG.E.U16 R0 ;\n.L_x_1:\nEXIT ;")
+RESCALE_CHANGED = ("xent_grad_rescale", "LDG.E.128 R0 ;\n.L_x_1:\nEXIT ;")
+
+
+@pytest.mark.parametrize("old, new, skip, same", [
+    (listing(RESCALE, ROWS), listing(RESCALE, ROWS), (), True),
+    (listing(RESCALE, ROWS), listing(RESCALE_CHANGED, ROWS), (), False),  # the whole module counts
+    (listing(RESCALE, ROWS), listing(RESCALE_CHANGED, ROWS), ("xent_grad_rescale",), True),
+    (listing(RESCALE, ROWS), listing(RESCALE_CHANGED, ROWS_CHANGED), ("xent_grad_rescale",), False),
+    (listing(RESCALE, ROWS), listing(RESCALE, ROWS_RENUMBERED), (), True),  # labels are names, not code
+    (b"EXIT ;\n", b"NOP ;\nEXIT ;\n", (), False),  # no sections: compared whole
+])
+def test_listings_compare_function_by_function(listing_tool, old, new, skip, same):
+    assert (same_sass.sass(listing_tool, old, skip) == same_sass.sass(listing_tool, new, skip)) == same
+
+
+def test_no_function_left_to_compare_stops(listing_tool):
+    with pytest.raises(SystemExit):
+        same_sass.sass(listing_tool, b"EXIT ;\n", ("xent_grad_rescale",))
