@@ -73,7 +73,7 @@ def sass(nvdisasm, cubin, skip=()):
             continue
         labels = {}
         funcs[name] = re.sub(r"\.L_x_\d+", lambda m: labels.setdefault(m.group(0), ".L%d" % len(labels)), part)
-    if not funcs and not skip:  # a listing without sections: compared whole, never found alike for want of any
+    if not funcs and not skip:  # a listing without sections is compared whole
         return {"": text}
     if not funcs:
         sys.exit("same-sass: no functions found in nvdisasm's listing to compare")
