@@ -80,7 +80,7 @@ static tc_db *load_shipped(xent_caches *c, const char *datadir, const char *gpu)
     if (!shipped_path(datadir, gpu, path, sizeof path) || access(path, R_OK) != 0) return NULL;
     if (tc_open(":memory:", 0, &db, err, sizeof err) != XENT_OK || tc_import_file(db, path, NULL) != XENT_OK) {
         /* the reason before the path: a note cut short loses the end of a long path, not why */
-        snprintf(why, sizeof why, "shipped tune cache %s.sql skipped: %.500s (%.400s)", gpu, db ? tc_errmsg(db) : err,
+        snprintf(why, sizeof why, "shipped tune cache %s.sql skipped: %.500s (%.400s)", gpu, db ? tc_reason(db) : err,
                  path);
         note_add(c, why);
         tc_close(db);

@@ -264,7 +264,7 @@ END_TEST
 START_TEST(long_datadir_keeps_the_reason) {
     static const lookup_case t = {"shipped cache unreadable in a long datadir", "h200", 90, 132, 32768, 4096,
                                   SHIP_BROKEN, NULL, XENT_SOURCE_HEURISTIC, "", NULL,
-                                  "h200.sql skipped: tune cache :memory:: import: statement 1: incomplete input (",
+                                  "h200.sql skipped: import: statement 1: incomplete input (",
                                   NULL};
     char datadir[600];
     mkdir(tpath("share"), 0755);

@@ -15,6 +15,7 @@ struct tc_db {
     sqlite3 *sql;
     char *path;
     char err[512];
+    size_t reason_at; /* where err's reason starts, past "tune cache PATH: " */
 };
 
 #define KEY_COLS                                                                                                       \

@@ -70,7 +70,9 @@ int tc_fail(tc_db *db, int rc, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    snprintf(db->err, sizeof db->err, "tune cache %s: %s", db->path, why);
+    int at = snprintf(db->err, sizeof db->err, "tune cache %s: ", db->path);
+    db->reason_at = at < 0 ? 0 : (size_t)at < sizeof db->err ? (size_t)at : sizeof db->err - 1;
+    snprintf(db->err + db->reason_at, sizeof db->err - db->reason_at, "%s", why);
     return rc;
 }
 
@@ -79,6 +81,7 @@ int tc_sqlfail(tc_db *db, const char *what) {
 }
 
 const char *tc_errmsg(const tc_db *db) { return db ? db->err : "tune cache: no handle"; }
+const char *tc_reason(const tc_db *db) { return db ? db->err + db->reason_at : "no handle"; }
 
 /* ---- small SQL helpers ----------------------------------------------- */
 

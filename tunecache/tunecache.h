@@ -77,6 +77,8 @@ int tc_open(const char *path, int readonly, tc_db **db, char *err, size_t errlen
 void tc_close(tc_db *db);
 /* The last error message of this handle. */
 const char *tc_errmsg(const tc_db *db);
+/* The same message without its "tune cache PATH: " head, for a caller that names the cache itself. */
+const char *tc_reason(const tc_db *db);
 
 /* Insert or replace the winner for key, stamped with key's stamps. */
 int tc_put(tc_db *db, const tc_key *key, const tc_entry *e);
