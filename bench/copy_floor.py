@@ -4,7 +4,7 @@
     python3 bench/copy_floor.py [NxC[:bf16] ...]   (default: the four training shapes)
 
 The fused forward+backward reads the logits and writes a gradient of the same size; its floor in
-docs/performance.md is a device-to-device cudaMemcpyAsync. This times that copy beside the
+bench/ab/log.md is a device-to-device cudaMemcpyAsync. This times that copy beside the
 plainest copy kernels on the SMs: one-shot blocks of 256 threads, each thread ITEMS (4, 8 or 16)
 independent 16-byte loads (LD: ld.global.cs, or ld.global.nc with the L2's 256-byte prefetch),
 then ITEMS stores (st.global or st.global.cs); and copies by the SMs' bulk-copy unit (TMA:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Few rows of a huge vocabulary: what reading a row in segments costs beside one read of the
-logits, and what one level of arrivals adds (docs/performance.md, "Few rows").
+logits, and what one level of arrivals adds (bench/ab/log.md, "Few rows").
 
 Stand-alone kernels over the same n x c fp32 logits, 256-thread blocks, a block a segment of S
 a row, each timed back to back in one process (CUDA events, the median of a few batches), each

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ncu_profile.py — launch xent's plan for one shape a few times, then the
 streaming read over the same bytes, so that Nsight Compute can read the
-hardware counters of both kernels (docs/performance.md, "What the gaps are
+hardware counters of both kernels (bench/ab/log.md, "What the gaps are
 made of"). The third xent launch and the first read are the ones to profile:
 
     ncu --clock-control none -k regex:'xent_fwd|stream_read' --launch-skip 2 \\

@@ -299,7 +299,7 @@ static void grad_heuristic(const xent_problem *p, xent_config *cfg) {
      * reads it twice elsewhere), up to an SM's threads: 8192x128256 fp32 2868
      * us by 2 blocks against 3628 read twice and 3238 by 4 holding it in
      * registers alone; 8192x256000 bf16 2868 against 3654 and 3190 by 8 of
-     * 256; 8192x100000 fp32 2281 against 2667 (docs/performance.md). Where
+     * 256; 8192x100000 fp32 2281 against 2667 (bench/ab/log.md). Where
      * one block's stash holds the row, it stays: a cluster of two was 3-12%
      * slower there. */
     if (xent_config_reads_twice(cfg, p)) {

@@ -381,7 +381,7 @@ int xent_fwd_edges_once(const xent_config *cfg, const xent_problem *p) {
  * H100 that made mean plans of 42 MB to 1.6 GB up to 22% faster at PERSIST=0
  * and their persistent launches no more than 1% slower, while below 17 MB
  * the second launch cost more than it gave (up to 2.5 us on problems of a
- * few microseconds; bench/ab/finish-lean.txt, docs/performance.md). */
+ * few microseconds; bench/ab/finish-lean.txt, bench/ab/log.md). */
 #define FINISH_APART_MIN_BYTES (32L << 20)
 
 int xent_fwd_finish_apart(const xent_config *cfg, const xent_problem *p) {

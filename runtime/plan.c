@@ -57,7 +57,7 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
  * even out the tail of the rows. Eight were faster than four on every fused and backward plan
  * timed both ways; the fused rows take sixteen where no block's partial arrives (reduction
  * none) or a block's row is stashed: those were faster still at sixteen, while a sum or mean of
- * rows held in registers paid 1.5-12% more for the arrivals (docs/performance.md, "The grid").
+ * rows held in registers paid 1.5-12% more for the arrivals (bench/ab/log.md, "The grid").
  * Neither the backward nor clusters of blocks (SPLIT > 1) were timed past eight. */
 #define GRAD_ROUNDS 8
 #define GRAD_ROUNDS_FUSED_LONG 16

@@ -209,7 +209,7 @@ __device__ __forceinline__ void team_rows(const kargs &k, double &loss_acc, doub
 /* Split fp32 rows: a team's segment is one or a few chunks, and every team
  * of a split should be resident at once; at 80 registers a split of 896
  * 128-thread teams left a second, partial round, at 56 none spills and all
- * fit (docs/performance.md has the A/B). */
+ * fit (bench/ab/log.md has the A/B). */
 #define REGS_FLOOR 56
 #elif XENT_LOGIT == 0
 #define REGS_FLOOR 80
