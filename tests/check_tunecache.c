@@ -1209,6 +1209,11 @@ START_TEST(test_import_file_bounds) {
     int rows = -1;
     ck_assert_int_eq(tc_import_file(db, "/dev/zero", &rows), XENT_ECACHE);
     ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    /* the reason alone is the message past the head that names this store */
+    char head[512];
+    snprintf(head, sizeof head, "tune cache %s: ", tpath("b.db"));
+    ck_assert_msg(!strncmp(tc_errmsg(db), head, strlen(head)), "%s", tc_errmsg(db));
+    ck_assert_str_eq(tc_reason(db), tc_errmsg(db) + strlen(head));
     ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
     ck_assert_int_eq(tc_import_file(db, tpath("fifo"), &rows), XENT_ECACHE);
     ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
