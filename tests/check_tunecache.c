@@ -1230,6 +1230,29 @@ START_TEST(test_import_file_bounds) {
 }
 END_TEST
 
+/* A store whose path alone would fill the message still says why it failed: the path is cut,
+ * not the reason. */
+START_TEST(test_long_path_keeps_the_reason) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", tmpdir);
+    while (strlen(dir) < 470) { /* folders of up to 100 bytes to 470 in all: SQLite opens paths below 512 */
+        size_t at = strlen(dir), len = 469 - at < 100 ? 469 - at : 100;
+        dir[at++] = '/';
+        memset(dir + at, 'd', len);
+        dir[at + len] = '\0';
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+    }
+    char path[700];
+    snprintf(path, sizeof path, "%s/b.db", dir);
+    tc_db *db = open_ok(path);
+    int rows = -1;
+    ck_assert_int_eq(tc_import_file(db, "/dev/zero", &rows), XENT_ECACHE);
+    ck_assert_msg(strstr(tc_errmsg(db), "not a regular file"), "%s", tc_errmsg(db));
+    ck_assert_msg(strstr(tc_reason(db), "not a regular file"), "%s", tc_reason(db));
+    tc_close(db);
+}
+END_TEST
+
 /* ---- two processes ---------------------------------------------------------- */
 
 static int child_writes(const char *path, int id) {
@@ -1627,6 +1650,7 @@ static Suite *tunecache_suite(void) {
         {"import", 20, test_import_family_rules},
         {"import", 20, test_import_bounded_work},
         {"import", 20, test_import_file_bounds},
+        {"import", 20, test_long_path_keeps_the_reason},
         {"procs", 60, test_two_processes},
         {"procs", 60, test_concurrent_create},
         {"env", 60, test_user_path},

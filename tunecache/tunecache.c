@@ -70,7 +70,8 @@ int tc_fail(tc_db *db, int rc, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    int at = snprintf(db->err, sizeof db->err, "tune cache %s: ", db->path);
+    /* the path cut short, not the reason: a long path must leave room for why */
+    int at = snprintf(db->err, sizeof db->err, "tune cache %.256s: ", db->path);
     db->reason_at = at < 0 ? 0 : (size_t)at < sizeof db->err ? (size_t)at : sizeof db->err - 1;
     snprintf(db->err + db->reason_at, sizeof db->err - db->reason_at, "%s", why);
     return rc;
