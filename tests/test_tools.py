@@ -1,6 +1,6 @@
 """CPU tests of the kernel-cache tools in tools/: recompile-kernels.py makes a folder compiled ahead
 again from its kernels' defines; same-sass.py matches two folders' kernels on them; ab-build.sh
-compiles an A/B file's configs ahead with each build it makes.
+compiles an A/B file's configs ahead with each build it makes, and every patch bench/ab holds applies.
 
     python3 -m pytest -q tests/test_tools.py      (after make: it runs build/xent-tune)
 
@@ -203,6 +203,20 @@ def test_ab_build_compiles_an_ab_files_configs_ahead(tmp_path):
     assert len(got) == 2  # the plain kernel and the one with smoothing and weights
     assert sum("XENT_SMOOTHING 1" in d and "XENT_WEIGHTS 1" in d for d in got) == 1
 
+
+
+IN_GIT = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True).returncode == 0
+PATCHES = sorted(f for f in os.listdir(os.path.join(ROOT, "bench", "ab")) if f.endswith(".patch"))
+
+
+@pytest.mark.skipif(not IN_GIT, reason="not a git checkout")
+@pytest.mark.parametrize("patch", PATCHES)
+def test_ab_patch_applies_to_the_tree(patch):
+    """Every experiment waiting in bench/ab applies to the templates as they are (ab-build.sh applies it
+    to HEAD): a change that moves the lines a patch touches must carry the patch along."""
+    p = subprocess.run(["git", "apply", "--check", os.path.join("bench", "ab", patch)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
 
 # same-sass.py's comparison of two listings, function by function: nvdisasm stood in for by a script that
 # prints its file, each "CUBIN" the listing itself. A function's section: its name, then its code with
