@@ -44,14 +44,25 @@ def entry_args(e):
     return args
 
 
-def compile_all(tune, entries, gpu, folder):
+def progress(label, done, total):
+    """A line on stderr at every tenth of a long step: compiling a cache's entries takes minutes."""
+    if done == total or done % max(1, total // 10) == 0:
+        print("%s: %d/%d" % (label, done, total), file=sys.stderr, flush=True)
+
+
+def compile_all(tune, entries, gpu, folder, label="compiled"):
     def one(e):
         env = dict(os.environ, XENT_KERNEL_CACHE=folder)
         p = subprocess.run([tune, "--compile-only", "-q", "--gpu", gpu] + entry_args(e), env=env,
                            capture_output=True, text=True)
         return None if p.returncode == 0 else "%s: %s" % (" ".join(entry_args(e)), p.stderr.strip()[-300:])
+    failed = []
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-        return [f for f in pool.map(one, entries) if f]
+        for done, f in enumerate(concurrent.futures.as_completed([pool.submit(one, e) for e in entries]), 1):
+            if f.result():
+                failed.append(f.result())
+            progress(label, done, len(entries))
+    return failed
 
 
 def kernels(folder):
@@ -104,13 +115,18 @@ def main():
         for label, tune in (("old", a.old), ("new", a.new)):
             folder = os.path.join(tmp, label)
             os.mkdir(folder)
-            failed = compile_all(tune, entries, gpu, folder)
+            failed = compile_all(tune, entries, gpu, folder, "%s: compiled" % label)
             for f in failed:
                 print("%s build failed: %s" % (label, f))
             found[label] = kernels(folder)
             print("%s: %d entries, %d kernels" % (label, len(entries), len(found[label])), file=sys.stderr)
     old, new = found["old"], found["new"]
-    differ = [k for k in sorted(set(old) & set(new)) if sass(nvdisasm, old[k], a.skip) != sass(nvdisasm, new[k], a.skip)]
+    both = sorted(set(old) & set(new))
+    differ = []
+    for done, k in enumerate(both, 1):
+        if sass(nvdisasm, old[k], a.skip) != sass(nvdisasm, new[k], a.skip):
+            differ.append(k)
+        progress("compared", done, len(both))
     for k in differ:
         print("differs:", k.replace("\n", " ").strip())
     for label, only in (("old", set(old) - set(new)), ("new", set(new) - set(old))):
