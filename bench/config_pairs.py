@@ -66,11 +66,12 @@ def compile_pairs(tune, pairs):
     if not os.environ.get("XENT_KERNEL_CACHE"):
         raise SystemExit("--compile-only: set XENT_KERNEL_CACHE to the folder to fill")
     failed = 0
-    for p in pairs:
+    for i, p in enumerate(pairs, 1):
         q = subprocess.run([tune, "--compile-only", "--gpu", "h200", "-q"] + pair_args(p), capture_output=True, text=True)
         if q.returncode != 0:
             failed += 1
             print("not compiled: %s %s: %s" % (p["shape"], p["dtype"], q.stderr.strip()[-300:]), file=sys.stderr)
+        print("compiled %d/%d: %s %s" % (i, len(pairs), p["shape"], p["dtype"]), file=sys.stderr, flush=True)
     print("%d of %d pairs compiled into %s" % (len(pairs) - failed, len(pairs), os.environ["XENT_KERNEL_CACHE"]))
     return 1 if failed else 0
 
