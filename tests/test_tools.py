@@ -204,20 +204,6 @@ def test_ab_build_compiles_an_ab_files_configs_ahead(tmp_path):
     assert sum("XENT_SMOOTHING 1" in d and "XENT_WEIGHTS 1" in d for d in got) == 1
 
 
-
-IN_GIT = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True).returncode == 0
-PATCHES = sorted(f for f in os.listdir(os.path.join(ROOT, "bench", "ab")) if f.endswith(".patch"))
-
-
-@pytest.mark.skipif(not IN_GIT, reason="not a git checkout")
-@pytest.mark.parametrize("patch", PATCHES)
-def test_ab_patch_applies_to_the_tree(patch):
-    """Every experiment waiting in bench/ab applies to the templates as they are (ab-build.sh applies it
-    to HEAD): a change that moves the lines a patch touches must carry the patch along."""
-    p = subprocess.run(["git", "apply", "--check", os.path.join("bench", "ab", patch)], cwd=ROOT,
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-
 # same-sass.py's comparison of two listings, function by function: nvdisasm stood in for by a script that
 # prints its file, each "CUBIN" the listing itself. A function's section: its name, then its code with
 # branch labels.
@@ -255,3 +241,17 @@ def test_listings_compare_function_by_function(listing_tool, old, new, skip, sam
 def test_no_function_left_to_compare_stops(listing_tool):
     with pytest.raises(SystemExit):
         same_sass.sass(listing_tool, b"EXIT ;\n", ("xent_grad_rescale",))
+
+
+IN_GIT = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True).returncode == 0
+PATCHES = sorted(f for f in os.listdir(os.path.join(ROOT, "bench", "ab")) if f.endswith(".patch"))
+
+
+@pytest.mark.skipif(not IN_GIT, reason="not a git checkout")
+@pytest.mark.parametrize("patch", PATCHES)
+def test_ab_patch_applies_to_the_tree(patch):
+    """Every experiment waiting in bench/ab applies to the templates as they are (ab-build.sh applies it
+    to HEAD): a change that moves the lines a patch touches must carry the patch along."""
+    p = subprocess.run(["git", "apply", "--check", os.path.join("bench", "ab", patch)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

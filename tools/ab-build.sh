@@ -27,14 +27,14 @@ for t in ${AB_ALSO:-}; do also+=("build/$t"); done
 
 # Each line of AB_CONFIGS compiled by the build in $1.
 compile_ahead() {
-    local total done=0
+    local total n=0
     total=$(ab_lines "$AB_CONFIGS" | wc -l)
     ab_lines "$AB_CONFIGS" | while read -r sh dt rest; do
         ab_split "$rest"
         "$1/xent-tune" --compile-only --gpu "${GPU_KEY:-h200}" --shape "$sh" --dtype "$dt" --op "${AB_OP:-forward}" \
             --config "$cfg" "${kind[@]}" -q > /dev/null 2>&1 || echo "$(basename "$1"): not compiled: $sh $dt $rest" >&2
-        done=$((done + 1))
-        echo "$(basename "$1"): compiled ahead $done/$total" >&2
+        n=$((n + 1))
+        echo "$(basename "$1"): compiled ahead $n/$total" >&2
     done
 }
 for spec in "$@"; do

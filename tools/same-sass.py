@@ -59,8 +59,7 @@ def compile_all(tune, entries, gpu, folder, label="compiled"):
     failed = []
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
         for done, f in enumerate(concurrent.futures.as_completed([pool.submit(one, e) for e in entries]), 1):
-            if f.result():
-                failed.append(f.result())
+            failed += [f.result()] if f.result() else []
             progress(label, done, len(entries))
     return failed
 

@@ -14,7 +14,7 @@
 struct tc_db {
     sqlite3 *sql;
     char *path;
-    char err[512];
+    char err[512]; /* "tune cache PATH: " and the reason: PATH cut at 256 bytes, so the head fits */
     size_t reason_at; /* where err's reason starts, past "tune cache PATH: " */
 };
 

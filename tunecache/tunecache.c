@@ -70,9 +70,9 @@ int tc_fail(tc_db *db, int rc, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    /* the path cut short, not the reason: a long path must leave room for why */
-    int at = snprintf(db->err, sizeof db->err, "tune cache %.256s: ", db->path);
-    db->reason_at = at < 0 ? 0 : (size_t)at < sizeof db->err ? (size_t)at : sizeof db->err - 1;
+    /* the path cut short, not the reason: a long path must leave room for why (the head, at most
+     * 269 bytes, always fits err) */
+    db->reason_at = (size_t)snprintf(db->err, sizeof db->err, "tune cache %.256s: ", db->path);
     snprintf(db->err + db->reason_at, sizeof db->err - db->reason_at, "%s", why);
     return rc;
 }
